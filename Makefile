@@ -1,0 +1,34 @@
+# The two commands: `make serve` (first) and `make test` (second). Both set up .venv on a
+# fresh machine. TORCH_SPEC pins the CPU build that this course's dev machines carry
+# (`pip install torch==2.13.0` takes the local file); override it elsewhere.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+
+.PHONY: serve test install check-reference clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e ".[grader,dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+serve: $(STAMP)
+	$(VENV)/bin/grader serve
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+# Grade the bundled reference solution with the CPU interpreter (no GPU needed).
+check-reference: $(STAMP)
+	$(VENV)/bin/grader check grader/assignments/softmax_backward_reference.py
+
+clean:
+	rm -rf $(VENV) var .pytest_cache
