@@ -1,0 +1,270 @@
+"""Course reference solution for the `softmax_backward` assignment.
+
+    dx = y * (g - sum(y * g, dim=-1, keepdim=True))
+
+`y` (softmax probabilities) and `g` (upstream gradient dL/dy) are 2-D tensors of shape
+(M rows, N columns), float32, float16 or bfloat16, each with its own row and column stride
+(transposed views, step slices, expanded rows all work). Both are upcast to float32 before
+they are multiplied; each row is reduced once in float32; the result is returned as a fresh
+contiguous tensor of the input dtype.
+
+Three kernels, chosen by the row length N (see `_plan`):
+
+* `_softmax_bwd_rows_kernel` (short and medium rows): one pass. A program loads a
+  [ROWS, BLOCK_N] tile (several whole rows), reduces each row and writes dx. Every element is
+  read once from y, once from g and written once: 3 memory accesses per element.
+* `_softmax_bwd_looped_kernel` (long rows, enough of them to fill the GPU): one program per
+  row (a persistent grid walks rows), two passes over the row in chunks of BLOCK_N. The second
+  pass walks the chunks in reverse order, so the chunks it reads first are the ones the first
+  pass read last and are still in L2. Between 3 and 5 DRAM accesses per element depending on
+  how much of the row survives in L2.
+* `_softmax_bwd_partial_dot_kernel` + `_softmax_bwd_split_out_kernel` (long rows, few of
+  them): the row is split across programs. Kernel 1 writes one fp32 partial dot product per
+  (row, segment); kernel 2 sums a row's partials and writes its segment of dx, visiting
+  segments in the reverse of kernel 1's order (L2 reuse again). No program ever waits for
+  another one, so this also runs under the Triton CPU interpreter, which runs programs one
+  after another.
+
+Under the CPU interpreter (TRITON_INTERPRET=1, CPU tensors) the block sizes are chosen for
+the interpreter instead: each program is one numpy call per block, so few large blocks run
+fastest there.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["softmax_backward"]
+
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+_INT32_MAX = 2**31 - 1
+
+
+@triton.jit
+def _softmax_bwd_rows_kernel(
+    y_ptr, g_ptr, dx_ptr,
+    M, N,
+    stride_ym, stride_yn, stride_gm, stride_gn, stride_dxm,
+    ROWS: tl.constexpr, BLOCK_N: tl.constexpr, INT64: tl.constexpr,
+):
+    """One pass: a [ROWS, BLOCK_N] tile holds ROWS whole rows (BLOCK_N >= N)."""
+    pid = tl.program_id(0)
+    rows = pid * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_N)
+    if INT64:
+        rows = rows.to(tl.int64)
+        cols = cols.to(tl.int64)
+    mask = (rows < M)[:, None] & (cols < N)[None, :]
+    y = tl.load(y_ptr + rows[:, None] * stride_ym + cols[None, :] * stride_yn,
+                mask=mask, other=0.0).to(tl.float32)
+    g = tl.load(g_ptr + rows[:, None] * stride_gm + cols[None, :] * stride_gn,
+                mask=mask, other=0.0).to(tl.float32)
+    dot = tl.sum(y * g, axis=1)
+    dx = y * (g - dot[:, None])
+    tl.store(dx_ptr + rows[:, None] * stride_dxm + cols[None, :],
+             dx.to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _softmax_bwd_looped_kernel(
+    y_ptr, g_ptr, dx_ptr,
+    M, N,
+    stride_ym, stride_yn, stride_gm, stride_gn, stride_dxm,
+    BLOCK_N: tl.constexpr, INT64: tl.constexpr,
+):
+    """Two passes over each row in BLOCK_N chunks; programs stride over rows (persistent)."""
+    pid = tl.program_id(0).to(tl.int64)  # int64 row index: scalar, costs nothing here
+    nprog = tl.num_programs(0)
+    offs = tl.arange(0, BLOCK_N)
+    n_chunks = tl.cdiv(N, BLOCK_N)
+    for row in range(pid, M, nprog):
+        y_row = y_ptr + row * stride_ym
+        g_row = g_ptr + row * stride_gm
+        dx_row = dx_ptr + row * stride_dxm
+        acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+        for c in range(0, n_chunks):
+            cols = c * BLOCK_N + offs
+            if INT64:
+                cols = cols.to(tl.int64)
+            mask = cols < N
+            y = tl.load(y_row + cols * stride_yn, mask=mask, other=0.0).to(tl.float32)
+            g = tl.load(g_row + cols * stride_gn, mask=mask, other=0.0).to(tl.float32)
+            acc += y * g
+        dot = tl.sum(acc, axis=0)
+        for c in range(0, n_chunks):
+            cols = (n_chunks - 1 - c) * BLOCK_N + offs  # reverse order: L2 hits first
+            if INT64:
+                cols = cols.to(tl.int64)
+            mask = cols < N
+            y = tl.load(y_row + cols * stride_yn, mask=mask, other=0.0).to(tl.float32)
+            g = tl.load(g_row + cols * stride_gn, mask=mask, other=0.0).to(tl.float32)
+            tl.store(dx_row + cols, (y * (g - dot)).to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _softmax_bwd_partial_dot_kernel(
+    y_ptr, g_ptr, part_ptr,
+    N, n_seg,
+    stride_ym, stride_yn, stride_gm, stride_gn,
+    SEG: tl.constexpr, BLOCK_N: tl.constexpr, INT64: tl.constexpr,
+):
+    """Program p = row * n_seg + seg writes sum(y*g) over columns [seg*SEG, (seg+1)*SEG)."""
+    pid = tl.program_id(0)
+    row = pid // n_seg
+    seg = pid % n_seg
+    if INT64:
+        row = row.to(tl.int64)
+        seg = seg.to(tl.int64)
+    offs = tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for c in range(0, SEG // BLOCK_N):
+        cols = seg * SEG + c * BLOCK_N + offs
+        mask = cols < N
+        y = tl.load(y_ptr + row * stride_ym + cols * stride_yn, mask=mask, other=0.0).to(tl.float32)
+        g = tl.load(g_ptr + row * stride_gm + cols * stride_gn, mask=mask, other=0.0).to(tl.float32)
+        acc += y * g
+    tl.store(part_ptr + pid, tl.sum(acc, axis=0))
+
+
+@triton.jit
+def _softmax_bwd_split_out_kernel(
+    y_ptr, g_ptr, dx_ptr, part_ptr,
+    N, n_seg, n_prog,
+    stride_ym, stride_yn, stride_gm, stride_gn, stride_dxm,
+    SEG: tl.constexpr, BLOCK_N: tl.constexpr, SEG_P2: tl.constexpr, INT64: tl.constexpr,
+):
+    """Writes dx for one (row, segment); visits them in the reverse of kernel 1's order."""
+    pid = n_prog - 1 - tl.program_id(0)
+    row = pid // n_seg
+    seg = pid % n_seg
+    if INT64:
+        row = row.to(tl.int64)
+        seg = seg.to(tl.int64)
+    s = tl.arange(0, SEG_P2)
+    parts = tl.load(part_ptr + row * n_seg + s, mask=s < n_seg, other=0.0)
+    dot = tl.sum(parts, axis=0)
+    offs = tl.arange(0, BLOCK_N)
+    for c in range(0, SEG // BLOCK_N):
+        cols = seg * SEG + (SEG // BLOCK_N - 1 - c) * BLOCK_N + offs
+        mask = cols < N
+        y = tl.load(y_ptr + row * stride_ym + cols * stride_yn, mask=mask, other=0.0).to(tl.float32)
+        g = tl.load(g_ptr + row * stride_gm + cols * stride_gn, mask=mask, other=0.0).to(tl.float32)
+        tl.store(dx_ptr + row * stride_dxm + cols, (y * (g - dot)).to(dx_ptr.dtype.element_ty),
+                 mask=mask)
+
+
+# --------------------------------------------------------------------------------------
+# Launch heuristics. GPU numbers were tuned on an NVIDIA H200 (see docs/benchmarks.md).
+# Each entry: (max BLOCK_N, elements per program tile, num_warps) for the one-pass kernel.
+_GPU_ROWS_TABLE = (
+    # max_block_n, tile_elems, num_warps
+    (256, 4096, 4),
+    (1024, 8192, 8),
+    (4096, 8192, 8),
+    (8192, 8192, 16),
+    (16384, 16384, 16),
+)
+_GPU_LOOP_BLOCK = {4: 4096, 2: 8192}  # element size (bytes) -> chunk length of long rows
+_GPU_LOOP_WARPS = 16
+_GPU_SPLIT_SEG = 16384  # columns per program in the split-row kernels
+_INTERP_TILE = 1 << 18  # elements per program under the CPU interpreter (numpy blocks)
+
+
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _needs_int64(t: torch.Tensor) -> bool:
+    m, n = t.shape
+    return (m - 1) * abs(t.stride(0)) + (n - 1) * abs(t.stride(1)) > _INT32_MAX
+
+
+def _plan(m: int, n: int, elem_size: int, device: torch.device) -> dict:
+    """Pick a kernel and its block sizes for an (m, n) problem. Returns a dict of launch args."""
+    block_n = triton.next_power_of_2(n)
+    if device.type != "cuda":  # Triton CPU interpreter: fewest, largest numpy blocks
+        if block_n <= _INTERP_TILE:
+            rows = min(max(1, _INTERP_TILE // block_n), triton.next_power_of_2(m))
+            return {"kind": "rows", "ROWS": rows, "BLOCK_N": block_n, "num_warps": 4}
+        seg = _INTERP_TILE
+        return {"kind": "split", "SEG": seg, "BLOCK_N": seg, "num_warps": 4}
+    for max_block, tile, warps in _GPU_ROWS_TABLE:
+        if block_n <= max_block:
+            rows = min(max(1, tile // block_n), triton.next_power_of_2(m))
+            return {"kind": "rows", "ROWS": rows, "BLOCK_N": block_n, "num_warps": warps}
+    chunk = _GPU_LOOP_BLOCK.get(elem_size, 4096)
+    sms = _sm_count(device)
+    if m >= 2 * sms:
+        return {"kind": "looped", "BLOCK_N": chunk, "num_warps": _GPU_LOOP_WARPS,
+                "grid": min(m, sms * 2)}
+    return {"kind": "split", "SEG": _GPU_SPLIT_SEG, "BLOCK_N": chunk,
+            "num_warps": _GPU_LOOP_WARPS}
+
+
+def _validate(y: object, g: object) -> None:
+    for name, t in (("y", y), ("g", g)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"softmax_backward: {name} must be a torch.Tensor, got {type(t).__name__}")
+    for name, t in (("y", y), ("g", g)):
+        if t.dim() != 2:
+            raise ValueError(f"softmax_backward: {name} must be 2-D (rows, columns), got {t.dim()}-D "
+                             f"with shape {tuple(t.shape)}")
+        if t.dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"softmax_backward: {name} has dtype {t.dtype}; supported: "
+                            "torch.float32, torch.float16, torch.bfloat16")
+        if t.requires_grad:
+            raise ValueError(f"softmax_backward: {name} requires grad; this is an explicit VJP, "
+                             "pass detached tensors (tensor.detach())")
+    if y.shape != g.shape:
+        raise ValueError(f"softmax_backward: shape mismatch, y {tuple(y.shape)} vs g {tuple(g.shape)}")
+    if y.dtype != g.dtype:
+        raise TypeError(f"softmax_backward: dtype mismatch, y {y.dtype} vs g {g.dtype}")
+    if y.device != g.device:
+        raise ValueError(f"softmax_backward: device mismatch, y on {y.device} vs g on {g.device}")
+
+
+def softmax_backward(y: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """dx = y * (g - sum(y*g, dim=-1, keepdim=True)) for 2-D y, g of shape (M, N).
+
+    y, g: same shape, dtype (float32/float16/bfloat16) and device, any strides, not requiring
+    grad. Returns a new contiguous (M, N) tensor of the input dtype. Raises TypeError for
+    non-tensors and bad or mismatched dtypes, ValueError for other mismatches.
+    """
+    _validate(y, g)
+    m, n = y.shape
+    dx = torch.empty((m, n), dtype=y.dtype, device=y.device)
+    if m == 0 or n == 0:
+        return dx
+    _launch(y, g, dx, _plan(m, n, y.element_size(), y.device))
+    return dx
+
+
+def _launch(y: torch.Tensor, g: torch.Tensor, dx: torch.Tensor, plan: dict) -> None:
+    """Launch the kernel(s) that `plan` names (see `_plan`) writing dx (contiguous, M x N)."""
+    m, n = y.shape
+    int64 = _needs_int64(y) or _needs_int64(g) or _needs_int64(dx)
+    strides = (y.stride(0), y.stride(1), g.stride(0), g.stride(1))
+    if plan["kind"] == "rows":
+        grid = (triton.cdiv(m, plan["ROWS"]),)
+        _softmax_bwd_rows_kernel[grid](
+            y, g, dx, m, n, *strides, dx.stride(0),
+            ROWS=plan["ROWS"], BLOCK_N=plan["BLOCK_N"], INT64=int64, num_warps=plan["num_warps"])
+    elif plan["kind"] == "looped":
+        _softmax_bwd_looped_kernel[(plan["grid"],)](
+            y, g, dx, m, n, *strides, dx.stride(0),
+            BLOCK_N=plan["BLOCK_N"], INT64=int64, num_warps=plan["num_warps"])
+    else:
+        seg = min(plan["SEG"], triton.next_power_of_2(n))
+        block_n = min(plan["BLOCK_N"], seg)
+        n_seg = triton.cdiv(n, seg)
+        n_prog = m * n_seg
+        part = torch.empty(n_prog, dtype=torch.float32, device=y.device)
+        _softmax_bwd_partial_dot_kernel[(n_prog,)](
+            y, g, part, n, n_seg, *strides,
+            SEG=seg, BLOCK_N=block_n, INT64=int64, num_warps=plan["num_warps"])
+        _softmax_bwd_split_out_kernel[(n_prog,)](
+            y, g, dx, part, n, n_seg, n_prog, *strides, dx.stride(0),
+            SEG=seg, BLOCK_N=block_n, SEG_P2=triton.next_power_of_2(n_seg), INT64=int64,
+            num_warps=plan["num_warps"])
