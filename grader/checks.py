@@ -1,0 +1,127 @@
+"""Building blocks shared by assignments: check results, tolerances, scale-aware comparison.
+
+A check's verdict is decided here, in the trusted parent, from tensors it read back from the
+child as plain numbers. Nothing the submission printed or returned as metadata can pass a
+comparison.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class CheckResult:
+    """Verdict of one named check, as stored and shown to students.
+
+    ``skipped`` checks could not run on this device; they are listed with the reason and never
+    count as passed.
+    """
+
+    name: str
+    passed: bool
+    message: str
+    skipped: bool = False
+    numbers: dict = field(default_factory=dict)
+
+    def as_json(self) -> dict:
+        return {"name": self.name, "passed": self.passed, "skipped": self.skipped, "message": self.message, **self.numbers}
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Per-element tolerance ``|got - expected| <= atol + rtol * scale``.
+
+    ``scale`` is chosen by the assignment from the terms that form each output element (for
+    the softmax VJP: |y| * (|g| + |dot| + sum|y*g|)), so the bound follows the row's own
+    magnitude: an all-zero answer cannot pass on long rows, where every element is O(1/N).
+
+    Attributes:
+        rtol: relative part, dimensionless.
+        atol: absolute floor, in output units; well below any magnitude the checks produce.
+        why: where the numbers come from (shown when a check fails).
+    """
+
+    rtol: float
+    atol: float
+    why: str
+
+    def describe(self) -> str:
+        return f"atol {self.atol:.3g} + rtol {self.rtol:.3g} x scale ({self.why})"
+
+
+@dataclass
+class Comparison:
+    """Outcome of comparing one output tensor with its oracle."""
+
+    passed: bool
+    bad_count: int
+    total: int
+    max_abs_err: float
+    max_ratio: float  # worst |err| / allowed, > 1 means outside tolerance
+    worst_index: tuple[int, ...] | None
+    got_at_worst: float | None
+    expected_at_worst: float | None
+    allowed_at_worst: float | None
+    nan_count: int
+
+    def describe(self) -> str:
+        if self.passed:
+            return f"max |err| {self.max_abs_err:.3g} ({self.max_ratio:.2g} of tolerance)"
+        where = ",".join(str(i) for i in self.worst_index) if self.worst_index is not None else "?"
+        text = f"{self.bad_count} of {self.total} elements outside tolerance"
+        if self.nan_count:
+            text += f" ({self.nan_count} NaN/inf)"
+        text += (
+            f"; worst at [{where}]: got {self.got_at_worst:.6g}, expected {self.expected_at_worst:.6g}"
+            f" (|err| {abs(self.got_at_worst - self.expected_at_worst):.3g} > allowed {self.allowed_at_worst:.3g})"
+        )
+        return text
+
+
+def compare(got: torch.Tensor, expected: torch.Tensor, scale: torch.Tensor, tolerance: Tolerance) -> Comparison:
+    """Compare ``got`` with the fp64 oracle element by element, NaN never passing.
+
+    Args:
+        got: output read back from the child, any float dtype, shape (M, N).
+        expected: fp64 oracle, shape (M, N).
+        scale: fp64, shape (M, N), non-negative magnitudes the error bound scales with.
+        tolerance: atol/rtol.
+
+    Returns:
+        Comparison with count, worst index, got vs expected at the worst element.
+
+    Raises:
+        ValueError: shapes differ (callers check shape first and report it).
+    """
+    if got.shape != expected.shape:
+        raise ValueError(f"shape {tuple(got.shape)} != expected {tuple(expected.shape)}")
+    got64 = got.detach().to(torch.float64)
+    err = (got64 - expected).abs()
+    allowed = tolerance.atol + tolerance.rtol * scale
+    finite = torch.isfinite(got64)
+    err = torch.where(finite, err, torch.full_like(err, float("inf")))
+    ratio = err / allowed
+    bad = ~(err <= allowed)
+    total = got64.numel()
+    bad_count = int(bad.sum())
+    nan_count = int((~finite).sum())
+    if total == 0:
+        return Comparison(True, 0, 0, 0.0, 0.0, None, None, None, None, 0)
+    flat_worst = int(torch.argmax(torch.where(torch.isnan(ratio), torch.full_like(ratio, float("inf")), ratio)))
+    worst_index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat_worst), got64.shape))
+    max_abs = float(err[finite].max()) if bool(finite.any()) else float("inf")
+    return Comparison(
+        passed=bad_count == 0,
+        bad_count=bad_count,
+        total=total,
+        max_abs_err=max_abs,
+        max_ratio=float(ratio.reshape(-1)[flat_worst]),
+        worst_index=worst_index,
+        got_at_worst=float(got64.reshape(-1)[flat_worst]),
+        expected_at_worst=float(expected.reshape(-1)[flat_worst]),
+        allowed_at_worst=float(allowed.reshape(-1)[flat_worst]),
+        nan_count=nan_count,
+    )

@@ -1,0 +1,232 @@
+"""Untrusted side of a correctness run: import the submission, call it, write what it returned.
+
+This file is bound alone into the sandbox (bubblewrap) and run as a script, so it imports only
+the standard library, torch, triton and safetensors, never the ``grader`` package. Nothing it
+writes is a verdict: the parent process reads back output tensors as plain numbers and decides
+every check itself. The student's code runs in this same process and may tamper with anything
+here; the design assumes that (see docs/security.md).
+
+Protocol (all paths inside WORKDIR, which the parent binds read-write):
+
+- ``plan.json``      written by the parent: function name, device, and a list of steps, each a
+                     list of calls. A call names its y and g as strided views (size, stride,
+                     storage offset) of flat base buffers in ``inputs.safetensors``.
+- ``progress.log``   appended by this harness, one line per call *before* the call is made, so
+                     the parent can say which call was running when the process died.
+- ``step_<i>.json``  per-call reports of step i (status, exception type and message, output
+                     metadata, number of Triton kernel launches).
+- ``step_<i>.safetensors``  outputs of step i and the input base buffers as they were after
+                     each call (the parent compares them bitwise with what it sent).
+- ``done.json``      written last; its absence means the process died or was killed.
+
+Usage: python check_child.py WORKDIR
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+
+# Rebind what this harness needs before any student code can patch the modules it comes from.
+_perf_counter = time.perf_counter
+_json_dumps = json.dumps
+_open = open
+_exc_format = traceback.format_exception_only
+
+MESSAGE_CAP = 2000
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= MESSAGE_CAP else text[:MESSAGE_CAP] + " [...]"
+
+
+class LaunchCounter:
+    """Counts @triton.jit kernel launches by wrapping the run() of Triton's kernel classes.
+
+    Installed before the submission is imported; covers compiled kernels (JITFunction),
+    the CPU interpreter (InterpretedFunction) and autotuned or heuristic wrappers, which end
+    in one of the two.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def install(self) -> None:
+        import triton.runtime.jit as jit
+
+        classes = [jit.JITFunction]
+        try:
+            from triton.runtime.interpreter import InterpretedFunction
+
+            classes.append(InterpretedFunction)
+        except ImportError:  # pragma: no cover - older Triton
+            pass
+        for cls in classes:
+            original = cls.run
+
+            def counted_run(kernel, *args, __original=original, **kwargs):
+                self.count += 1
+                return __original(kernel, *args, **kwargs)
+
+            cls.run = counted_run
+
+
+def _write_json(path: str, document: object) -> None:
+    with _open(path, "w", encoding="utf-8") as handle:
+        handle.write(_json_dumps(document))
+
+
+def main(workdir: str) -> int:
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    with _open(os.path.join(workdir, "plan.json"), encoding="utf-8") as handle:
+        plan = json.load(handle)
+    device = plan["device"]
+    other_device = plan["other_device"]
+    progress = _open(os.path.join(workdir, "progress.log"), "a", encoding="utf-8", buffering=1)
+
+    def synchronize() -> None:
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    bases_cpu = load_file(os.path.join(workdir, "inputs.safetensors"))
+    # Keep every buffer alive until the end so that no address is ever reused: a submission
+    # that memoises by data_ptr must not be rescued by the caching allocator.
+    keep_alive: list = []
+    bases = {}
+    for name, tensor in bases_cpu.items():
+        bases[name] = tensor.to(device)
+    synchronize()
+
+    counter = LaunchCounter()
+    counter.install()
+
+    progress.write("import\n")
+    sys.path.insert(0, workdir)
+    try:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("submission", os.path.join(workdir, plan["module_file"]))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["submission"] = module
+        spec.loader.exec_module(module)
+        synchronize()
+    except BaseException as exc:  # noqa: BLE001 - SystemExit at import is a finding, not our exit
+        _write_json(
+            os.path.join(workdir, "done.json"),
+            {
+                "phase": "import",
+                "exception": {
+                    "type": type(exc).__name__,
+                    "message": _short("".join(_exc_format(type(exc), exc)).strip()),
+                    "traceback": _short("".join(traceback.format_exception(exc))[-4000:]),
+                },
+            },
+        )
+        return 0
+
+    function = getattr(module, plan["function"], None)
+    if not callable(function):
+        _write_json(os.path.join(workdir, "done.json"), {"phase": "lookup", "missing": plan["function"]})
+        return 0
+
+    def materialise(spec: dict):
+        base_name = spec["base"]
+        base = bases[base_name] if spec.get("device", "primary") == "primary" else bases_other(base_name)
+        view = torch.as_strided(base, spec["size"], spec["stride"], spec["offset"])
+        if spec.get("requires_grad"):
+            view = view.detach().requires_grad_(True)
+        keep_alive.append(view)
+        return view
+
+    other_cache: dict = {}
+
+    def bases_other(name: str):
+        if name not in other_cache:
+            other_cache[name] = bases_cpu[name].clone().to(other_device)
+        return other_cache[name]
+
+    def storage_ptr(tensor) -> int:
+        try:
+            return tensor.untyped_storage().data_ptr()
+        except Exception:  # noqa: BLE001 - meta tensors have no storage pointer
+            return -1
+
+    for step_index, step in enumerate(plan["steps"]):
+        reports = []
+        saved: dict = {}
+        for call in step["calls"]:
+            y = materialise(call["y"])
+            g = materialise(call["g"])
+            fills = [None] + list(call.get("refills", []))
+            for round_index, fill in enumerate(fills):
+                call_id = call["id"] if round_index == 0 else f"{call['id']}@{round_index}"
+                if fill is not None:
+                    with torch.no_grad():
+                        y.copy_(torch.as_strided(bases[fill["y"]], call["y"]["size"], fill["y_stride"], 0))
+                        g.copy_(torch.as_strided(bases[fill["g"]], call["g"]["size"], fill["g_stride"], 0))
+                    synchronize()
+                progress.write(f"call {call_id}\n")
+                launches_before = counter.count
+                started = _perf_counter()
+                report: dict = {"id": call_id}
+                try:
+                    result = function(y, g)
+                    synchronize()
+                    report["status"] = "ok"
+                except BaseException as exc:  # noqa: BLE001 - every exception is reported
+                    if isinstance(exc, (KeyboardInterrupt,)):
+                        raise
+                    result = None
+                    report["status"] = "raised"
+                    report["exception"] = {
+                        "type": type(exc).__name__,
+                        "message": _short(str(exc)),
+                        "exit": isinstance(exc, SystemExit),
+                    }
+                    if "CUDA error" in str(exc) or "cudaError" in str(exc):
+                        report["fatal"] = True
+                report["duration_s"] = _perf_counter() - started
+                report["launches"] = counter.count - launches_before
+                if report["status"] == "ok":
+                    if isinstance(result, torch.Tensor):
+                        plain = result.detach().as_subclass(torch.Tensor)
+                        report["out"] = {
+                            "shape": list(plain.shape),
+                            "dtype": str(plain.dtype).replace("torch.", ""),
+                            "device": str(plain.device),
+                            "contiguous": bool(plain.is_contiguous()),
+                            "aliases_input": storage_ptr(plain) in {storage_ptr(y), storage_ptr(g)}
+                            and storage_ptr(plain) != -1,
+                            "requires_grad": bool(plain.requires_grad),
+                        }
+                        if plain.device.type != "meta":
+                            saved[f"{call_id}:out"] = plain.to("cpu").contiguous().clone()
+                    else:
+                        report["status"] = "not_tensor"
+                        report["returned_type"] = type(result).__name__
+                if call.get("save_inputs_after"):
+                    for label, spec in (("y", call["y"]), ("g", call["g"])):
+                        if spec.get("device", "primary") == "primary":
+                            saved[f"{call_id}:{label}_base_after"] = bases[spec["base"]].to("cpu").clone()
+                reports.append(report)
+                if report.get("fatal"):
+                    break
+            if reports and reports[-1].get("fatal"):
+                break
+        if saved:
+            save_file(saved, os.path.join(workdir, f"step_{step_index}.safetensors"))
+        _write_json(os.path.join(workdir, f"step_{step_index}.json"), {"check": step["check"], "calls": reports})
+        if reports and reports[-1].get("fatal"):
+            _write_json(os.path.join(workdir, "done.json"), {"phase": "fatal", "step": step_index})
+            return 0
+    _write_json(os.path.join(workdir, "done.json"), {"phase": "done"})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,345 @@
+"""Grade one submission: static checks, the sandboxed child, oracles and verdicts.
+
+``grade_source`` is the whole grading of one file and returns the result document described
+in docs/architecture.md. The parent (this process) generates every input, computes every
+oracle and decides every verdict; the child only runs the submission on inputs it is given and
+writes back output tensors, which are read here as plain numbers.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import json
+import os
+import platform
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from grader.assignments import get_assignment
+from grader.checks import CheckResult
+from grader.sandbox import ChildOutcome, SandboxUnavailable, bwrap_version, run_sandboxed
+from grader.settings import GraderSettings
+
+HARNESS = Path(__file__).parent / "harness" / "check_child.py"
+SCHEMA_VERSION = 1
+
+
+class InfrastructureError(RuntimeError):
+    """The grader or the machine failed; no verdict about the submission can be given."""
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda`` when a CUDA device is visible, else ``cpu``.
+
+    Raises:
+        InfrastructureError: ``cuda`` asked for on a machine without one.
+    """
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise InfrastructureError("--device cuda was asked for, but torch sees no CUDA device")
+    if device not in ("cpu", "cuda"):
+        raise InfrastructureError(f"unknown device {device!r} (use cpu, cuda or auto)")
+    return device
+
+
+def static_problem(source: str, function_name: str) -> dict | None:
+    """Errors found without running anything: syntax, and the top-level function's presence.
+
+    Returns:
+        An ``error`` object (kind ``syntax`` or ``missing_function``) or None.
+    """
+    try:
+        tree = ast.parse(source, filename="softmax_backward.py")
+    except SyntaxError as exc:
+        return {
+            "kind": "syntax",
+            "message": f"line {exc.lineno}, column {exc.offset}: {exc.msg}",
+            "line": exc.lineno,
+            "column": exc.offset,
+        }
+    except ValueError as exc:  # e.g. null bytes
+        return {"kind": "syntax", "message": str(exc)}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == function_name:
+            return None
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == function_name for t in node.targets):
+            return None
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == function_name:
+            return None
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any((a.asname or a.name) == function_name for a in node.names):
+            return None
+    return {"kind": "missing_function", "message": f"no top-level function named {function_name!r} (def {function_name}(y, g): ...)"}
+
+
+def _environment_versions(device: str) -> dict:
+    versions = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "triton": _version("triton"),
+        "grader": _version("kernel-grader"),
+        "bubblewrap": bwrap_version(),
+    }
+    if device == "cuda":
+        versions["cuda"] = torch.version.cuda
+    return versions
+
+
+def _device_name(device: str) -> str:
+    if device == "cuda":
+        return torch.cuda.get_device_name()
+    return "cpu (Triton interpreter)"
+
+
+def _last_progress(workdir: Path) -> str | None:
+    path = workdir / "progress.log"
+    if not path.exists():
+        return None
+    lines = path.read_text(errors="replace").strip().splitlines()
+    if not lines:
+        return None
+    last = lines[-1]
+    return "the import of the module" if last == "import" else f"call {last.removeprefix('call ')}"
+
+
+def _child_error(outcome: ChildOutcome, workdir: Path, settings: GraderSettings) -> dict | None:
+    """The error object for a child that did not finish normally, or None if it did."""
+    where = _last_progress(workdir)
+    during = f" during {where}" if where else ""
+    if outcome.timed_out:
+        return {"kind": "timeout", "message": f"did not finish within {settings.child_timeout_s:g} s (still running{during})"}
+    if outcome.memory_exceeded:
+        return {"kind": "resource_limit", "message": f"used more than {settings.memory_limit_bytes / 2**30:.3g} GiB of host memory{during}"}
+    if outcome.output_exceeded:
+        return {"kind": "resource_limit", "message": f"printed more than {settings.output_kill_bytes / 2**20:.3g} MiB of output{during}"}
+    done_path = workdir / "done.json"
+    if not done_path.exists():
+        code = outcome.returncode
+        if code is not None and code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return {"kind": "crash", "message": f"the process was killed by {name}{during}"}
+        return {"kind": "exited", "message": f"the process exited with status {code}{during} (sys.exit/os._exit in the submission?)"}
+    try:
+        done = json.loads(done_path.read_text())
+    except (OSError, ValueError):
+        return {"kind": "crash", "message": "the process left an unreadable status file"}
+    phase = done.get("phase") if isinstance(done, dict) else None
+    if phase == "import":
+        exc = done.get("exception", {})
+        kind = {"SystemExit": "exited", "MemoryError": "resource_limit"}.get(exc.get("type"), "import")
+        message = str(exc.get("message", ""))[:2000]
+        return {"kind": kind, "message": f"importing the submission raised {message}", "traceback": str(exc.get("traceback", ""))[-3000:]}
+    if phase == "lookup":
+        return {"kind": "missing_function", "message": f"after import, the module has no callable {done.get('missing')!r}"}
+    if phase == "fatal":
+        return {"kind": "crash", "message": f"a CUDA error poisoned the process{during}; later checks did not run"}
+    if phase != "done":
+        return {"kind": "crash", "message": "the process left an unexpected status file"}
+    return None
+
+
+def _read_evidence(module, plan, workdir: Path):
+    """Per-call reports and tensors of every step the child finished, keyed by call id."""
+    calls = {}
+    for index, _ in enumerate(plan.checks):
+        report_path = workdir / f"step_{index}.json"
+        if not report_path.exists():
+            continue
+        try:
+            step = json.loads(report_path.read_text())
+            reports = step["calls"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        tensors_path = workdir / f"step_{index}.safetensors"
+        tensors = {}
+        if tensors_path.exists():
+            try:
+                tensors = load_file(str(tensors_path))
+            except Exception:  # noqa: BLE001 - a corrupt file reads as "no outputs"
+                tensors = {}
+        for report in reports:
+            if not isinstance(report, dict) or not isinstance(report.get("id"), str):
+                continue
+            call_id = report["id"]
+            calls[call_id] = module.CallEvidence(
+                report=report,
+                out=tensors.get(f"{call_id}:out"),
+                y_base_after=tensors.get(f"{call_id}:y_base_after"),
+                g_base_after=tensors.get(f"{call_id}:g_base_after"),
+            )
+    return calls
+
+
+def _call_level_error(evidence_calls: dict) -> dict | None:
+    for evidence in evidence_calls.values():
+        report = evidence.report or {}
+        exc = report.get("exception") or {}
+        if exc.get("exit"):
+            return {"kind": "exited", "message": f"the submission raised SystemExit in call {report.get('id')}"}
+        if exc.get("type") == "MemoryError":
+            return {"kind": "resource_limit", "message": f"ran out of memory in call {report.get('id')}"}
+    return None
+
+
+def grade_source(
+    source: str,
+    *,
+    assignment: str = "softmax_backward",
+    device: str = "auto",
+    seed: int = 0,
+    settings: GraderSettings | None = None,
+    benchmark: str = "off",
+) -> dict:
+    """Grade one submission's source text and return the result document.
+
+    Args:
+        source: the student's file, as text.
+        assignment: registry name (grader.assignments.ASSIGNMENTS).
+        device: ``cpu`` (Triton interpreter), ``cuda`` or ``auto``.
+        seed: input seed; the result records it so that staff can reproduce the run.
+        settings: sandbox and limits (default: read from GRADER_* environment variables).
+        benchmark: ``off``, ``on`` (fail without a GPU) or ``auto`` (run on CUDA when every
+            check passed).
+
+    Returns:
+        The result document (dict), verdict ``passed``, ``failed`` or ``error``.
+
+    Raises:
+        InfrastructureError: the sandbox could not run, the device is unusable, or the grader
+            itself failed; no verdict is possible.
+    """
+    settings = settings or GraderSettings()
+    started = time.monotonic()
+    module = get_assignment(assignment)
+    device = resolve_device(device)
+    sandbox_label = (bwrap_version() or "bubblewrap (missing)") if settings.sandbox == "bwrap" else "none (unsafe: GRADER_SANDBOX=unsafe-none)"
+    document: dict = {
+        "schema": SCHEMA_VERSION,
+        "assignment": assignment,
+        "verdict": "error",
+        "error": None,
+        "checks": [],
+        "benchmark": None,
+        "device": _device_name(device),
+        "versions": _environment_versions(device),
+        "seed": seed,
+        "sandbox": sandbox_label,
+        "duration_s": 0.0,
+        "timings_s": {},
+        "log": {"text": "", "truncated": False, "total_bytes": 0},
+    }
+    problem = static_problem(source, module.FUNCTION_NAME)
+    if problem is not None:
+        document["error"] = problem
+        document["duration_s"] = time.monotonic() - started
+        return document
+
+    work_root = settings.work_root or None
+    workdir = Path(tempfile.mkdtemp(prefix="grade-", dir=work_root))
+    try:
+        os.chmod(workdir, 0o700)
+        (workdir / module.MODULE_FILE).write_text(source, encoding="utf-8")
+        plan_started = time.monotonic()
+        plan = module.build_plan(seed=seed, device=device)
+        other_device = "cpu" if device == "cuda" else "meta"
+        (workdir / "plan.json").write_text(json.dumps(plan.as_plan(other_device)))
+        save_file(plan.bank.bases, str(workdir / "inputs.safetensors"))
+        document["timings_s"]["inputs"] = time.monotonic() - plan_started
+        try:
+            outcome = run_sandboxed(harness=HARNESS, workdir=workdir, device=device, settings=settings, args=[str(workdir)])
+        except SandboxUnavailable as exc:
+            raise InfrastructureError(str(exc)) from exc
+        document["timings_s"]["child"] = outcome.duration_s
+        document["log"] = outcome.log.as_json()
+        document["limits"] = outcome.limits
+        oracle_started = time.monotonic()
+        evidence_calls = _read_evidence(module, plan, workdir)
+        error = _child_error(outcome, workdir, settings) or _call_level_error(evidence_calls)
+        evidence = module.CheckEvidence(calls=evidence_calls, bank=plan.bank)
+        results: list[CheckResult] = []
+        finished_steps = {index for index in range(len(plan.checks)) if (workdir / f"step_{index}.json").exists()}
+        for index, check in enumerate(plan.checks):
+            if check.calls and index not in finished_steps:
+                continue  # never ran: the error says why
+            if not check.calls and error is not None:
+                continue  # aggregate checks (triton_kernel) need the whole run
+            try:
+                results.append(check.evaluate(check, evidence))
+            except Exception as exc:  # noqa: BLE001 - odd outputs must not crash the parent
+                results.append(CheckResult(check.name, False, f"could not evaluate the output: {type(exc).__name__}: {exc}"))
+        document["timings_s"]["oracles"] = time.monotonic() - oracle_started
+        document["checks"] = [r.as_json() for r in results]
+        if error is not None:
+            document["error"] = error
+            document["verdict"] = "error"
+        elif all(r.passed or r.skipped for r in results) and len(results) == len(plan.checks):
+            document["verdict"] = "passed"
+        else:
+            document["verdict"] = "failed"
+        if document["verdict"] == "passed" and (benchmark == "on" or (benchmark == "auto" and device == "cuda")):
+            bench_started = time.monotonic()
+            document["benchmark"] = _run_benchmark(workdir, module, settings, device)
+            document["timings_s"]["benchmark"] = time.monotonic() - bench_started
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    document["duration_s"] = time.monotonic() - started
+    return document
+
+
+def _run_benchmark(workdir: Path, module, settings: GraderSettings, device: str) -> dict:
+    """Time the submission on the GPU (grader.benchmark); a dict with an ``error`` on failure."""
+    if device != "cuda":
+        return {"error": "timing needs a CUDA GPU; this run used the CPU interpreter", "headline": None}
+    from grader import benchmark
+
+    submission = workdir / module.MODULE_FILE
+    bench_dir = Path(tempfile.mkdtemp(prefix="bench-", dir=settings.work_root or None))
+    try:
+        shutil.copy(submission, bench_dir / module.MODULE_FILE)
+        return benchmark.run_benchmark(bench_dir, settings=settings)
+    finally:
+        shutil.rmtree(bench_dir, ignore_errors=True)
+
+
+def grade_file(path: Path, **options) -> dict:
+    """``grade_source`` on a file's text (UTF-8; other encodings are a syntax error)."""
+    try:
+        source = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        return {
+            "schema": SCHEMA_VERSION,
+            "assignment": options.get("assignment", "softmax_backward"),
+            "verdict": "error",
+            "error": {"kind": "syntax", "message": f"the file is not UTF-8 text: {exc}"},
+            "checks": [],
+            "benchmark": None,
+            "duration_s": 0.0,
+        }
+    return grade_source(source, **options)
+
+
+def exit_code(document: dict) -> int:
+    """0 passed, 1 failed, 2 error caused by the submission (see docs/architecture.md)."""
+    return {"passed": 0, "failed": 1}.get(document.get("verdict"), 2)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(json.dumps(grade_file(Path(sys.argv[1])), indent=2))

@@ -1,0 +1,488 @@
+"""Run one untrusted child process: bubblewrap, scrubbed environment, limits, capped output.
+
+The child sees: the Python installation and toolchain paths read-only, its work folder
+read-write, the GPU device files when it runs on CUDA, a private /tmp (tmpfs, size-capped)
+holding its own Triton cache, and nothing else: no network (new network namespace), no view
+of the service's data, database or other submissions, no inherited environment. Limits:
+wall clock (SIGKILL of the whole sandbox), host memory and process count (a cgroup when this
+process may create one, else rlimits plus a resident-set watchdog), captured output kept as
+head and tail, and a child that prints without end is killed.
+
+Raises ``SandboxUnavailable`` when bubblewrap is asked for but cannot run; the caller reports
+that as an infrastructure error, never as a verdict.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grader.settings import GraderSettings
+
+# Packages of this project that must never be visible to the child (the reference solution
+# lives in grader/assignments/). Masked with an empty tmpfs if they sit inside a bound path.
+_PROJECT_PACKAGES = ("grader", "api", "submissions")
+_ETC_FILES = (
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/alternatives",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+    "/etc/localtime",
+)
+_GPU_PATHS = ("/usr/local/nvidia", "/usr/local/cuda", "/usr/lib/wsl", "/run/nvidia-persistenced")
+_ENV_PASSTHROUGH = ("LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_HOME")
+
+
+class SandboxUnavailable(RuntimeError):
+    """bubblewrap was required (``GRADER_SANDBOX=bwrap``) but is missing or cannot start."""
+
+
+@dataclass
+class CapturedLog:
+    """Child stdout+stderr: the first and last ``cap/2`` bytes, and how much there was."""
+
+    text: str
+    truncated: bool
+    total_bytes: int
+
+    def as_json(self) -> dict:
+        return {"text": self.text, "truncated": self.truncated, "total_bytes": self.total_bytes}
+
+
+@dataclass
+class ChildOutcome:
+    """How the untrusted child ended.
+
+    Attributes:
+        returncode: exit status (negative: killed by that signal), None if never started.
+        timed_out: killed at the wall-clock limit.
+        memory_exceeded: killed (or OOM-killed) for passing the memory limit.
+        output_exceeded: killed for printing more than ``output_kill_bytes``.
+        log: captured output.
+        duration_s: wall time from start to exit, seconds.
+        limits: what was enforced and how, for the result document.
+    """
+
+    returncode: int | None
+    timed_out: bool
+    memory_exceeded: bool
+    output_exceeded: bool
+    log: CapturedLog
+    duration_s: float
+    limits: dict = field(default_factory=dict)
+
+
+class _OutputCapture(threading.Thread):
+    """Reads a pipe to its end, keeping head and tail; flags runaway output."""
+
+    def __init__(self, pipe, cap_bytes: int, kill_bytes: int, on_runaway) -> None:
+        super().__init__(daemon=True)
+        self.pipe = pipe
+        self.half = max(cap_bytes // 2, 1)
+        self.kill_bytes = kill_bytes
+        self.on_runaway = on_runaway
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+        self.runaway = False
+
+    def run(self) -> None:
+        while True:
+            chunk = self.pipe.read1(65536) if hasattr(self.pipe, "read1") else self.pipe.read(65536)
+            if not chunk:
+                break
+            self.total += len(chunk)
+            room = self.half - len(self.head)
+            if room > 0:
+                self.head += chunk[:room]
+                chunk = chunk[room:]
+            if chunk:
+                self.tail += chunk
+                if len(self.tail) > self.half:
+                    del self.tail[: len(self.tail) - self.half]
+            if self.total > self.kill_bytes and not self.runaway:
+                self.runaway = True
+                self.on_runaway()
+
+    def result(self) -> CapturedLog:
+        kept = len(self.head) + len(self.tail)
+        truncated = self.total > kept
+        text = self.head.decode("utf-8", "replace")
+        if truncated:
+            text += f"\n[... {self.total - kept} bytes of output dropped ...]\n"
+        text += self.tail.decode("utf-8", "replace")
+        return CapturedLog(text=text, truncated=truncated, total_bytes=self.total)
+
+
+class _Cgroup:
+    """A cgroup (v1 or v2) with pids and memory limits, used when this process may make one."""
+
+    def __init__(self, memory_bytes: int, max_processes: int) -> None:
+        self.paths: list[Path] = []
+        self.kind = "none"
+        name = f"grader-{uuid.uuid4().hex[:12]}"
+        v1 = Path("/sys/fs/cgroup/pids")
+        v2 = Path("/sys/fs/cgroup/cgroup.controllers")
+        try:
+            if v1.is_dir() and os.access(v1, os.W_OK):
+                pids = v1 / name
+                pids.mkdir()
+                self.paths.append(pids)
+                (pids / "pids.max").write_text(str(max_processes))
+                memory_root = Path("/sys/fs/cgroup/memory")
+                if memory_root.is_dir() and os.access(memory_root, os.W_OK):
+                    memory = memory_root / name
+                    memory.mkdir()
+                    self.paths.append(memory)
+                    (memory / "memory.limit_in_bytes").write_text(str(memory_bytes))
+                    swap = memory / "memory.memsw.limit_in_bytes"
+                    if swap.exists():
+                        try:
+                            swap.write_text(str(memory_bytes))
+                        except OSError:
+                            pass
+                    self.kind = "cgroup-v1 pids+memory"
+                else:
+                    self.kind = "cgroup-v1 pids"
+            elif v2.exists():
+                own = Path("/proc/self/cgroup").read_text().strip().splitlines()[-1].split(":", 2)[2]
+                parent = Path("/sys/fs/cgroup") / own.lstrip("/")
+                controllers = (parent / "cgroup.subtree_control").read_text().split()
+                if "pids" in controllers and "memory" in controllers and os.access(parent, os.W_OK):
+                    group = parent / name
+                    group.mkdir()
+                    self.paths.append(group)
+                    (group / "pids.max").write_text(str(max_processes))
+                    (group / "memory.max").write_text(str(memory_bytes))
+                    (group / "memory.swap.max").write_text("0")
+                    self.kind = "cgroup-v2 pids+memory"
+        except OSError:
+            self.remove()
+            self.kind = "none"
+
+    @property
+    def limits_memory(self) -> bool:
+        return "memory" in self.kind
+
+    @property
+    def limits_processes(self) -> bool:
+        return "pids" in self.kind
+
+    def enter(self) -> None:
+        """Move the calling process into every group (runs in the child before exec)."""
+        for path in self.paths:
+            (path / "cgroup.procs").write_text(str(os.getpid()))
+
+    def oom_killed(self) -> bool:
+        for path in self.paths:
+            for name in ("memory.events", "memory.oom_control"):
+                events = path / name
+                if events.exists():
+                    text = events.read_text()
+                    for line in text.splitlines():
+                        key, _, value = line.partition(" ")
+                        if key in ("oom_kill", "oom_kill_disable") and key == "oom_kill" and value.strip() not in ("0", ""):
+                            return True
+            failcnt = path / "memory.failcnt"
+            if failcnt.exists() and failcnt.read_text().strip() not in ("0", ""):
+                return True
+        return False
+
+    def kill_all(self) -> None:
+        for path in self.paths:
+            procs = path / "cgroup.procs"
+            try:
+                for pid in procs.read_text().split():
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+            except OSError:
+                pass
+
+    def remove(self) -> None:
+        for path in reversed(self.paths):
+            for _ in range(50):
+                try:
+                    path.rmdir()
+                    break
+                except OSError:
+                    self.kill_all()
+                    time.sleep(0.02)
+        self.paths = []
+
+
+def bwrap_version() -> str | None:
+    """The installed bubblewrap's version string, or None when it is not on PATH."""
+    binary = shutil.which("bwrap")
+    if binary is None:
+        return None
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None
+
+
+def _python_paths() -> list[str]:
+    """Folders the child's Python needs: prefixes, stdlib, site-packages, include (for Triton)."""
+    candidates = {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        os.path.dirname(os.path.realpath(sys.executable)),
+        sysconfig.get_paths().get("stdlib", ""),
+        sysconfig.get_paths().get("include", ""),
+    }
+    candidates.update(p for p in sys.path if p and os.path.isdir(p))
+    cwd = os.path.realpath(os.getcwd())
+    kept = []
+    for path in sorted({os.path.realpath(p) for p in candidates if p}):
+        if not os.path.isdir(path) or path in ("/", "/usr", "/root", "/home", "/tmp", cwd):
+            continue
+        # Never bind the project checkout itself (it holds the reference solution, .env, var/).
+        if any(os.path.isdir(os.path.join(path, pkg, "assignments")) for pkg in ("grader",)) and not path.endswith(
+            "site-packages"
+        ):
+            continue
+        kept.append(path)
+    # Drop paths already inside another kept path.
+    return [p for p in kept if not any(p != q and p.startswith(q + os.sep) for q in kept)]
+
+
+def _masked_package_dirs(bound: list[str]) -> list[str]:
+    masks = []
+    for root in bound:
+        for pkg in _PROJECT_PACKAGES:
+            candidate = os.path.join(root, pkg)
+            if os.path.isdir(candidate) and os.path.isfile(os.path.join(candidate, "__init__.py")):
+                masks.append(candidate)
+    return masks
+
+
+def build_environment(*, device: str, home: str) -> dict[str, str]:
+    """The child's whole environment: an allow-list, never a copy of ours.
+
+    Secrets (database URL, tokens, deployment seed) cannot reach the child because nothing
+    outside this list is passed.
+    """
+    env = {
+        "PATH": os.pathsep.join(dict.fromkeys([os.path.dirname(sys.executable), "/usr/local/bin", "/usr/bin", "/bin"])),
+        "HOME": home,
+        "TMPDIR": home,
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONNOUSERSITE": "1",
+        "TRITON_CACHE_DIR": os.path.join(home, "triton-cache"),
+        "TORCHINDUCTOR_CACHE_DIR": os.path.join(home, "inductor-cache"),
+    }
+    for name in _ENV_PASSTHROUGH:
+        if name in os.environ:
+            env[name] = os.environ[name]
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+def _bwrap_command(*, python: str, harness: Path, workdir: Path, device: str, settings: GraderSettings, args: list[str]) -> list[str]:
+    binary = shutil.which("bwrap")
+    if binary is None:
+        raise SandboxUnavailable(
+            "bubblewrap (bwrap) is not installed; install the Debian package 'bubblewrap', "
+            "or set GRADER_SANDBOX=unsafe-none to run submissions WITHOUT isolation (never on a shared machine)"
+        )
+    command = [
+        binary,
+        "--unshare-all",  # user, ipc, pid, net, uts, cgroup namespaces: no network at all
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop", "ALL",
+        "--uid", "65534",
+        "--gid", "65534",
+        "--hostname", "sandbox",
+        "--proc", "/proc",
+        "--dev", "/dev",
+        "--size", str(settings.tmpfs_bytes),
+        "--tmpfs", "/tmp",
+        "--ro-bind", "/usr", "/usr",
+    ]
+    for link in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(link):
+            command += ["--symlink", os.readlink(link), link]
+        elif os.path.isdir(link):
+            command += ["--ro-bind", link, link]
+    for path in _ETC_FILES:
+        command += ["--ro-bind-try", path, path]
+    bound = _python_paths()
+    for path in bound:
+        command += ["--ro-bind", path, path]
+    for path in _masked_package_dirs(bound):
+        command += ["--tmpfs", path, "--remount-ro", path]
+    if device.startswith("cuda"):
+        for path in _GPU_PATHS:
+            command += ["--ro-bind-try", path, path]
+        command += ["--ro-bind-try", "/sys", "/sys"]
+        for name in sorted(os.listdir("/dev")):
+            if name.startswith("nvidia"):
+                command += ["--dev-bind", f"/dev/{name}", f"/dev/{name}"]
+    command += ["--bind", str(workdir), str(workdir)]
+    command += ["--ro-bind", str(harness), "/harness/" + harness.name]
+    command += ["--chdir", str(workdir), "--", python, "-I", "/harness/" + harness.name, *args]
+    return command
+
+
+def run_sandboxed(
+    *,
+    harness: Path,
+    workdir: Path,
+    device: str,
+    settings: GraderSettings,
+    args: list[str],
+) -> ChildOutcome:
+    """Run ``python -I harness args...`` as the untrusted child and wait for it.
+
+    Args:
+        harness: one self-contained script (only this file is bound into the sandbox).
+        workdir: folder bound read-write at the same path; the submission and the inputs are
+            in it, the child writes its outputs there. Must be private to this run.
+        device: ``"cpu"`` (sets TRITON_INTERPRET=1 in the child only) or ``"cuda"``.
+        settings: limits and sandbox choice.
+        args: arguments for the harness.
+
+    Returns:
+        ChildOutcome; it never raises for anything the child does.
+
+    Raises:
+        SandboxUnavailable: bubblewrap required but missing.
+    """
+    home = "/tmp"
+    python = sys.executable
+    use_bwrap = settings.sandbox == "bwrap"
+    if use_bwrap:
+        command = _bwrap_command(python=python, harness=harness, workdir=workdir, device=device, settings=settings, args=args)
+    else:
+        home = str(workdir / ".home")
+        os.makedirs(home, exist_ok=True)
+        command = [python, "-I", str(harness), *args]
+    env = build_environment(device=device, home=home)
+    cgroup = _Cgroup(settings.memory_limit_bytes, settings.max_processes) if os.geteuid() == 0 else None
+    limits = {
+        "wall_s": settings.child_timeout_s,
+        "memory_bytes": settings.memory_limit_bytes,
+        "max_processes": settings.max_processes,
+        "enforced_by": [],
+    }
+
+    def limit_child() -> None:  # runs in the forked child, before exec
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        file_cap = max(settings.memory_limit_bytes, 1024**3)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_cap, file_cap))
+        if cgroup is not None and cgroup.kind != "none":
+            cgroup.enter()
+        if cgroup is None or not cgroup.limits_processes:
+            # RLIMIT_NPROC counts every process of this uid, so allow for those running now.
+            current = sum(1 for entry in os.listdir("/proc") if entry.isdigit())
+            cap = current + settings.max_processes
+            resource.setrlimit(resource.RLIMIT_NPROC, (cap, cap))
+        if device == "cpu" and (cgroup is None or not cgroup.limits_memory):
+            # Address-space limit only without CUDA: the CUDA driver reserves huge virtual ranges.
+            resource.setrlimit(resource.RLIMIT_AS, (settings.memory_limit_bytes, settings.memory_limit_bytes))
+
+    if cgroup is not None and cgroup.kind != "none":
+        limits["enforced_by"].append(cgroup.kind)
+    else:
+        limits["enforced_by"].append("rlimit" + (" AS" if device == "cpu" else "") + " NPROC")
+    limits["enforced_by"].append("rss-watchdog")
+
+    started = time.monotonic()
+    try:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=str(workdir),
+            start_new_session=True,
+            preexec_fn=limit_child,
+            close_fds=True,
+        )
+    except OSError as exc:
+        if cgroup is not None:
+            cgroup.remove()
+        raise SandboxUnavailable(f"could not start the sandboxed child: {exc}") from exc
+
+    killed_for: list[str] = []
+
+    def kill(reason: str) -> None:
+        if not killed_for:
+            killed_for.append(reason)
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if cgroup is not None:
+            cgroup.kill_all()
+
+    capture = _OutputCapture(process.stdout, settings.log_cap_bytes, settings.output_kill_bytes, lambda: kill("output"))
+    capture.start()
+    watchdog_stop = threading.Event()
+
+    def watch_memory() -> None:
+        try:
+            import psutil
+        except ImportError:  # pragma: no cover - psutil is a dependency of the grader extra
+            return
+        try:
+            root = psutil.Process(process.pid)
+        except psutil.Error:
+            return
+        while not watchdog_stop.wait(0.1):
+            try:
+                tree = [root, *root.children(recursive=True)]
+                rss = sum(p.memory_info().rss for p in tree if p.is_running())
+            except psutil.Error:
+                continue
+            if rss > settings.memory_limit_bytes:
+                kill("memory")
+                return
+
+    watchdog = threading.Thread(target=watch_memory, daemon=True)
+    watchdog.start()
+    try:
+        process.wait(timeout=settings.child_timeout_s)
+    except subprocess.TimeoutExpired:
+        kill("timeout")
+        process.wait()
+    watchdog_stop.set()
+    capture.join(timeout=10)
+    duration = time.monotonic() - started
+    oom = cgroup.oom_killed() if cgroup is not None else False
+    if cgroup is not None:
+        cgroup.remove()
+    returncode = process.returncode
+    memory_exceeded = "memory" in killed_for or (oom and returncode is not None and returncode < 0)
+    return ChildOutcome(
+        returncode=returncode,
+        timed_out="timeout" in killed_for,
+        memory_exceeded=memory_exceeded,
+        output_exceeded="output" in killed_for or capture.runaway,
+        log=capture.result(),
+        duration_s=duration,
+        limits=limits,
+    )

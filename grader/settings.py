@@ -1,0 +1,42 @@
+"""Settings of the grading layer, read from the environment once (prefix ``GRADER_``).
+
+The grader runs as its own process (``grader check``), so it builds its own settings object;
+the service passes the few it needs through the environment of that process.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class GraderSettings(BaseSettings):
+    """Limits and sandbox choice for one grading run.
+
+    Attributes:
+        sandbox: ``"bwrap"`` runs the submission under bubblewrap (required in production);
+            ``"unsafe-none"`` runs it in a plain child process with the same limits but no
+            namespaces: only for machines where bwrap cannot run, and reported in the result.
+        child_timeout_s: wall-clock limit for the whole untrusted child, seconds.
+        memory_limit_bytes: host memory limit for the child (cgroup when available, else
+            RLIMIT_AS on CPU runs, plus a resident-set watchdog), bytes.
+        max_processes: processes/threads the child may have at once (cgroup pids, else
+            RLIMIT_NPROC).
+        log_cap_bytes: captured stdout+stderr kept in the result (head and tail), bytes.
+        output_kill_bytes: a child printing more than this is killed (runaway output), bytes.
+        tmpfs_bytes: size of the child's private /tmp (holds its Triton cache), bytes.
+        work_root: where per-run work folders are made (default: the system temp dir).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="GRADER_", extra="ignore")
+
+    sandbox: Literal["bwrap", "unsafe-none"] = "bwrap"
+    child_timeout_s: float = Field(default=180.0, gt=0)
+    memory_limit_bytes: int = Field(default=8 * 1024**3, gt=0)
+    max_processes: int = Field(default=256, gt=0)
+    log_cap_bytes: int = Field(default=64 * 1024, gt=0)
+    output_kill_bytes: int = Field(default=32 * 1024**2, gt=0)
+    tmpfs_bytes: int = Field(default=1024**3, gt=0)
+    work_root: str | None = None
