@@ -1,0 +1,7 @@
+"""``python -m grader`` is the ``grader`` console script."""
+
+import sys
+
+from grader.cli import main
+
+sys.exit(main())

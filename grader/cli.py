@@ -1,0 +1,129 @@
+"""The ``grader`` console script.
+
+Grading commands live here (``check``, ``benchmark``). The service commands (``serve``,
+``worker``, ``students``, ``submit``) belong to the service layer and are loaded from
+``submissions.cli`` only when asked for, so ``grader check`` works with the grading layer
+alone and the service never imports torch.
+
+Exit codes of ``grader check``: 0 passed, 1 failed, 2 error caused by the submission,
+3 infrastructure error (no verdict; the worker retries).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from pathlib import Path
+
+EXIT_INFRASTRUCTURE = 3
+SERVICE_COMMANDS = {
+    "serve": "run the API with an embedded worker (SQLite under ./var by default)",
+    "worker": "run a standalone grading worker",
+    "students": "manage students: `grader students add NAME` prints a token",
+    "submit": "upload a file to a grader server and wait for its verdict",
+}
+
+
+def _write_json(document: dict, target: str | None) -> None:
+    if target is None:
+        return
+    text = json.dumps(document, indent=2, default=str)
+    if target == "-":
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    else:
+        Path(target).write_text(text + "\n")
+
+
+def _check(args: argparse.Namespace) -> int:
+    # Imported here: `grader --help` and the service commands must not pay for torch.
+    from rich.console import Console
+
+    from grader.report import render_result
+    from grader.runner import InfrastructureError, exit_code, grade_file
+    from grader.settings import GraderSettings
+
+    # With --json -, stdout carries only the JSON document; the table goes to stderr.
+    console = Console(stderr=args.json == "-")
+    settings = GraderSettings()
+    if args.unsafe_no_sandbox:
+        settings = settings.model_copy(update={"sandbox": "unsafe-none"})
+    if args.timeout is not None:
+        settings = settings.model_copy(update={"child_timeout_s": args.timeout})
+    path = Path(args.path)
+    if not path.is_file():
+        console.print(f"[red]no such file: {path}[/]")
+        return EXIT_INFRASTRUCTURE
+    try:
+        document = grade_file(
+            path,
+            assignment=args.assignment,
+            device=args.device,
+            seed=args.seed,
+            settings=settings,
+            benchmark=args.benchmark,
+        )
+    except InfrastructureError as exc:
+        document = {"verdict": "error", "error": {"kind": "infrastructure", "message": str(exc)}, "checks": []}
+        _write_json(document, args.json)
+        console.print(f"[red]infrastructure error[/]: {exc}")
+        return EXIT_INFRASTRUCTURE
+    _write_json(document, args.json)
+    if not args.quiet:
+        render_result(document, console)
+    return exit_code(document)
+
+
+def _benchmark(args: argparse.Namespace) -> int:
+    from grader import benchmark
+
+    return benchmark.main_benchmark(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="grader", description="Autograder for student GPU kernels.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    check = commands.add_parser("check", help="grade one file: named checks against fp64 oracles, in a sandbox")
+    check.add_argument("path", help="the student's file, e.g. softmax_backward.py")
+    check.add_argument("--assignment", default="softmax_backward")
+    check.add_argument("--device", choices=["cpu", "cuda", "auto"], default="auto",
+                       help="cpu runs the Triton interpreter (TRITON_INTERPRET=1 in the child only); default: cuda if present")
+    check.add_argument("--json", metavar="OUT|-", default=None, help="write the result document to OUT, or to stdout with -")
+    check.add_argument("--seed", type=int, default=0, help="input seed (default 0); recorded in the result")
+    check.add_argument("--benchmark", choices=["off", "on", "auto"], default="off",
+                       help="after all checks pass, time the kernel on the GPU (auto: only when on CUDA)")
+    check.add_argument("--timeout", type=float, default=None, help="wall-clock limit for the submission's process, s")
+    check.add_argument("--quiet", action="store_true", help="no table")
+    check.add_argument("--unsafe-no-sandbox", action="store_true",
+                       help="run the submission without bubblewrap (only for your own code on your own machine)")
+    check.set_defaults(handler=_check)
+
+    bench = commands.add_parser("benchmark", help="time a kernel on the GPU against the baseline, peers and the bandwidth floor")
+    bench.add_argument("path")
+    bench.add_argument("--output", default=None, help="write the benchmark JSON here")
+    bench.add_argument("--assignment", default="softmax_backward")
+    bench.add_argument("--unsafe-no-sandbox", action="store_true")
+    bench.set_defaults(handler=_benchmark)
+
+    for name, help_text in SERVICE_COMMANDS.items():
+        service = commands.add_parser(name, help=help_text, add_help=False)
+        service.add_argument("rest", nargs=argparse.REMAINDER)
+        service.set_defaults(handler=None, service_command=name)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``grader`` console script; returns the process exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in SERVICE_COMMANDS:
+        service_cli = importlib.import_module("submissions.cli")
+        return int(getattr(service_cli, argv[0])(argv[1:]) or 0)
+    args = build_parser().parse_args(argv)
+    return int(args.handler(args) or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
