@@ -253,9 +253,12 @@ def grade_source(
         return document
 
     work_root = settings.work_root or None
-    workdir = Path(tempfile.mkdtemp(prefix="grade-", dir=work_root))
+    grading_dir = Path(tempfile.mkdtemp(prefix="grading-", dir=work_root))  # mode 0700
+    workdir = grading_dir / "check"
+    cache_dir = grading_dir / "triton-cache"  # this submission's own Triton cache
     try:
-        os.chmod(workdir, 0o700)
+        workdir.mkdir()
+        cache_dir.mkdir()
         (workdir / module.MODULE_FILE).write_text(source, encoding="utf-8")
         plan_started = time.monotonic()
         plan = module.build_plan(seed=seed, device=device)
@@ -264,7 +267,9 @@ def grade_source(
         save_file(plan.bank.bases, str(workdir / "inputs.safetensors"))
         document["timings_s"]["inputs"] = time.monotonic() - plan_started
         try:
-            outcome = run_sandboxed(harness=HARNESS, workdir=workdir, device=device, settings=settings, args=[str(workdir)])
+            outcome = run_sandboxed(
+                harness=HARNESS, workdir=workdir, device=device, settings=settings, args=[str(workdir)], cache_dir=cache_dir
+            )
         except SandboxUnavailable as exc:
             raise InfrastructureError(str(exc)) from exc
         document["timings_s"]["child"] = outcome.duration_s
@@ -296,27 +301,29 @@ def grade_source(
             document["verdict"] = "failed"
         if document["verdict"] == "passed" and (benchmark == "on" or (benchmark == "auto" and device == "cuda")):
             bench_started = time.monotonic()
-            document["benchmark"] = _run_benchmark(workdir, module, settings, device)
+            document["benchmark"] = _run_benchmark(grading_dir, source, cache_dir, module, settings, device)
             document["timings_s"]["benchmark"] = time.monotonic() - bench_started
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(grading_dir, ignore_errors=True)
     document["duration_s"] = time.monotonic() - started
     return document
 
 
-def _run_benchmark(workdir: Path, module, settings: GraderSettings, device: str) -> dict:
-    """Time the submission on the GPU (grader.benchmark); a dict with an ``error`` on failure."""
+def _run_benchmark(grading_dir: Path, source: str, cache_dir: Path, module, settings: GraderSettings, device: str) -> dict:
+    """Time the submission on the GPU (grader.benchmark); a dict with an ``error`` on failure.
+
+    The benchmark child gets a fresh work folder with the source as uploaded (nothing the check
+    child wrote, not even a rewritten copy of the submission, survives into it) but the same
+    per-submission Triton cache, so kernels compiled by the checks are reused.
+    """
     if device != "cuda":
         return {"error": "timing needs a CUDA GPU; this run used the CPU interpreter", "headline": None}
     from grader import benchmark
 
-    submission = workdir / module.MODULE_FILE
-    bench_dir = Path(tempfile.mkdtemp(prefix="bench-", dir=settings.work_root or None))
-    try:
-        shutil.copy(submission, bench_dir / module.MODULE_FILE)
-        return benchmark.run_benchmark(bench_dir, settings=settings)
-    finally:
-        shutil.rmtree(bench_dir, ignore_errors=True)
+    bench_dir = grading_dir / "benchmark"
+    bench_dir.mkdir()
+    (bench_dir / module.MODULE_FILE).write_text(source, encoding="utf-8")
+    return benchmark.run_benchmark(bench_dir, settings=settings, cache_dir=cache_dir)
 
 
 def grade_file(path: Path, **options) -> dict:

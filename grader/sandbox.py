@@ -273,7 +273,7 @@ def _masked_package_dirs(bound: list[str]) -> list[str]:
     return masks
 
 
-def build_environment(*, device: str, home: str) -> dict[str, str]:
+def build_environment(*, device: str, home: str, cache_dir: str | None = None) -> dict[str, str]:
     """The child's whole environment: an allow-list, never a copy of ours.
 
     Secrets (database URL, tokens, deployment seed) cannot reach the child because nothing
@@ -287,7 +287,7 @@ def build_environment(*, device: str, home: str) -> dict[str, str]:
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONUNBUFFERED": "1",
         "PYTHONNOUSERSITE": "1",
-        "TRITON_CACHE_DIR": os.path.join(home, "triton-cache"),
+        "TRITON_CACHE_DIR": cache_dir or os.path.join(home, "triton-cache"),
         "TORCHINDUCTOR_CACHE_DIR": os.path.join(home, "inductor-cache"),
     }
     for name in _ENV_PASSTHROUGH:
@@ -299,7 +299,9 @@ def build_environment(*, device: str, home: str) -> dict[str, str]:
     return env
 
 
-def _bwrap_command(*, python: str, harness: Path, workdir: Path, device: str, settings: GraderSettings, args: list[str]) -> list[str]:
+def _bwrap_command(
+    *, python: str, harness: Path, workdir: Path, device: str, settings: GraderSettings, args: list[str], cache_dir: Path | None
+) -> list[str]:
     binary = shutil.which("bwrap")
     if binary is None:
         raise SandboxUnavailable(
@@ -341,6 +343,8 @@ def _bwrap_command(*, python: str, harness: Path, workdir: Path, device: str, se
             if name.startswith("nvidia"):
                 command += ["--dev-bind", f"/dev/{name}", f"/dev/{name}"]
     command += ["--bind", str(workdir), str(workdir)]
+    if cache_dir is not None:
+        command += ["--bind", str(cache_dir), str(cache_dir)]
     command += ["--ro-bind", str(harness), "/harness/" + harness.name]
     command += ["--chdir", str(workdir), "--", python, "-I", "/harness/" + harness.name, *args]
     return command
@@ -353,6 +357,7 @@ def run_sandboxed(
     device: str,
     settings: GraderSettings,
     args: list[str],
+    cache_dir: Path | None = None,
 ) -> ChildOutcome:
     """Run ``python -I harness args...`` as the untrusted child and wait for it.
 
@@ -363,6 +368,9 @@ def run_sandboxed(
         device: ``"cpu"`` (sets TRITON_INTERPRET=1 in the child only) or ``"cuda"``.
         settings: limits and sandbox choice.
         args: arguments for the harness.
+        cache_dir: the submission's own Triton cache folder, bound read-write, so the check run
+            and the benchmark run of one grading compile each kernel once. Never shared between
+            submissions (a shared cache could be poisoned). None: a fresh one in the child's /tmp.
 
     Returns:
         ChildOutcome; it never raises for anything the child does.
@@ -374,12 +382,14 @@ def run_sandboxed(
     python = sys.executable
     use_bwrap = settings.sandbox == "bwrap"
     if use_bwrap:
-        command = _bwrap_command(python=python, harness=harness, workdir=workdir, device=device, settings=settings, args=args)
+        command = _bwrap_command(
+            python=python, harness=harness, workdir=workdir, device=device, settings=settings, args=args, cache_dir=cache_dir
+        )
     else:
         home = str(workdir / ".home")
         os.makedirs(home, exist_ok=True)
         command = [python, "-I", str(harness), *args]
-    env = build_environment(device=device, home=home)
+    env = build_environment(device=device, home=home, cache_dir=str(cache_dir) if cache_dir is not None else None)
     cgroup = _Cgroup(settings.memory_limit_bytes, settings.max_processes) if os.geteuid() == 0 else None
     limits = {
         "wall_s": settings.child_timeout_s,
