@@ -225,6 +225,26 @@ class _Cgroup:
         self.paths = []
 
 
+def _tasks_of_uid(uid: int) -> int:
+    """Tasks (threads included) of ``uid`` visible in /proc: what RLIMIT_NPROC counts.
+
+    Tasks of the same uid in other PID namespaces (other containers) are invisible here but
+    counted by the kernel; docs/deployment.md gives each worker its own uid for that reason.
+    """
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status", encoding="ascii", errors="replace") as status:
+                fields = dict(line.split(":", 1) for line in status if ":" in line)
+        except OSError:
+            continue
+        if fields.get("Uid", "").split()[:1] == [str(uid)]:
+            total += int(fields.get("Threads", "1").strip() or 1)
+    return total
+
+
 def bwrap_version() -> str | None:
     """The installed bubblewrap's version string, or None when it is not on PATH."""
     binary = shutil.which("bwrap")
@@ -398,6 +418,10 @@ def run_sandboxed(
         "enforced_by": [],
     }
 
+    # RLIMIT_NPROC counts every task (thread) of this uid, so allow for those running now.
+    # Counted here, before the fork: the child between fork and exec must stay minimal.
+    nproc_cap = _tasks_of_uid(os.getuid()) + settings.max_processes
+
     def limit_child() -> None:  # runs in the forked child, before exec
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         file_cap = max(settings.memory_limit_bytes, 1024**3)
@@ -405,10 +429,7 @@ def run_sandboxed(
         if cgroup is not None and cgroup.kind != "none":
             cgroup.enter()
         if cgroup is None or not cgroup.limits_processes:
-            # RLIMIT_NPROC counts every process of this uid, so allow for those running now.
-            current = sum(1 for entry in os.listdir("/proc") if entry.isdigit())
-            cap = current + settings.max_processes
-            resource.setrlimit(resource.RLIMIT_NPROC, (cap, cap))
+            resource.setrlimit(resource.RLIMIT_NPROC, (nproc_cap, nproc_cap))
         if device == "cpu" and (cgroup is None or not cgroup.limits_memory):
             # Address-space limit only without CUDA: the CUDA driver reserves huge virtual ranges.
             resource.setrlimit(resource.RLIMIT_AS, (settings.memory_limit_bytes, settings.memory_limit_bytes))
