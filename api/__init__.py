@@ -1,0 +1,1 @@
+"""HTTP layer: FastAPI app, routers, schemas and dependencies. Never imports torch/triton."""

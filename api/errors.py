@@ -1,0 +1,66 @@
+"""The one place where exceptions become HTTP responses.
+
+Every error body is ``{"error": {"code": <stable code>, "message": ..., <details>}}``.
+Tests assert on `code`; messages are for humans and may change.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from submissions.errors import DomainError, RateLimited
+
+logger = logging.getLogger("api")
+
+
+def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None,
+                   **details: object) -> JSONResponse:
+    """A JSON error response in the project's shape."""
+    body = {"error": {"code": code, "message": message, **jsonable_encoder(details)}}
+    return JSONResponse(status_code=status, content=body, headers=headers)
+
+
+async def _domain_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, DomainError)
+    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, RateLimited) else None
+    if exc.http_status == 401:
+        headers = {"WWW-Authenticate": "Bearer"}
+    return error_response(exc.http_status, exc.code, exc.message, headers, **exc.details)
+
+
+async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    return error_response(422, "validation_error", "invalid request", errors=exc.errors())
+
+
+async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    return error_response(exc.status_code, code, str(exc.detail), exc.headers)
+
+
+async def _database_unavailable(_request: Request, exc: Exception) -> JSONResponse:
+    logger.error("database error: %s", exc)
+    return error_response(503, "database_unavailable", "the database is unavailable; retry later",
+                          {"Retry-After": "5"})
+
+
+async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
+    logger.exception("unhandled error", exc_info=exc)
+    return error_response(500, "internal_error", "internal server error")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Map domain exceptions (and framework/database errors) to JSON error responses."""
+    app.add_exception_handler(DomainError, _domain_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(OperationalError, _database_unavailable)
+    app.add_exception_handler(Exception, _unexpected)

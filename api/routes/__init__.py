@@ -1,0 +1,1 @@
+"""One router module per resource; all are mounted in api/main.py."""

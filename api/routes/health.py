@@ -1,0 +1,54 @@
+"""Liveness/readiness (`/healthz`) and Prometheus metrics (`/metrics`)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy.exc import SQLAlchemyError
+
+from api.deps import SettingsDep
+from api.metrics import build_registry
+from api.schemas import Health, WorkerHealth
+from submissions import repository
+from submissions.models import SubmissionStatus, utc_now
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", response_model=Health, responses={503: {"model": Health}})
+def read_health(request: Request, settings: SettingsDep) -> Health | JSONResponse:
+    """200 when the database answers (`status` is `degraded` when no worker has sent a
+    heartbeat recently); 503 when the database is unreachable."""
+    cutoff = utc_now() - dt.timedelta(seconds=settings.worker_stale_after_s)
+    try:
+        with request.app.state.session_factory() as session:
+            repository.ping(session)
+            queue_depth = repository.count_submissions_by_status(session).get(
+                SubmissionStatus.QUEUED, 0
+            )
+            heartbeats = repository.list_worker_heartbeats(session)
+    except SQLAlchemyError:
+        health = Health(status="unavailable", database="unreachable", queue_depth=None, workers=[])
+        return JSONResponse(status_code=503, content=health.model_dump(mode="json"))
+    workers = [
+        WorkerHealth(
+            worker_id=h.worker_id, hostname=h.hostname, last_seen_at=h.last_seen_at,
+            alive=h.last_seen_at >= cutoff, current_submission_id=h.current_submission_id,
+        )
+        for h in heartbeats
+    ]
+    status = "ok" if any(w.alive for w in workers) else "degraded"
+    return Health(status=status, database="ok", queue_depth=queue_depth, workers=workers)
+
+
+@router.get("/metrics", response_class=Response)
+def read_metrics(request: Request, settings: SettingsDep) -> Response:
+    """Prometheus text format: queue depth, submissions by status, gradings by verdict,
+    grading duration histogram, live workers."""
+    registry = build_registry(
+        request.app.state.session_factory, worker_stale_after_s=settings.worker_stale_after_s
+    )
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,171 @@
+"""Reading an uploaded file from a multipart/form-data request with a hard size cap.
+
+The body is parsed as it streams in; the request is rejected (413) as soon as the ``file``
+part exceeds ``max_upload_bytes`` or the whole body exceeds it plus a small allowance for
+the multipart framing. Memory use is bounded by the cap, never by what the client sends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+from python_multipart.exceptions import FormParserError
+from python_multipart.multipart import MultipartParser, parse_options_header
+
+from api.deps import SettingsDep
+from submissions.assignments import DEFAULT_ASSIGNMENT
+from submissions.errors import UploadMalformed, UploadTooLarge
+
+#: Allowance for multipart boundaries, part headers and the small form fields.
+FRAMING_ALLOWANCE_BYTES = 16 * 1024
+#: Longest accepted value of a non-file form field (e.g. ``assignment``).
+MAX_FIELD_BYTES = 200
+
+#: OpenAPI description of the request body (the handler reads the stream itself).
+UPLOAD_OPENAPI = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file"],
+                    "properties": {
+                        "file": {"type": "string", "format": "binary",
+                                 "description": "the Python source file (UTF-8)"},
+                        "assignment": {"type": "string", "default": DEFAULT_ASSIGNMENT},
+                    },
+                }
+            }
+        },
+    }
+}
+
+
+@dataclass(frozen=True)
+class UploadedFile:
+    """The ``file`` part (bytes and client file name) and the chosen assignment."""
+
+    content: bytes
+    client_filename: str | None
+    assignment: str
+
+
+class _FormCollector:
+    """python-multipart callbacks that keep the ``file`` part (capped) and small fields."""
+
+    def __init__(self, max_file_bytes: int) -> None:
+        self.max_file_bytes = max_file_bytes
+        self.file_content: bytearray | None = None
+        self.client_filename: str | None = None
+        self.fields: dict[str, bytearray] = {}
+        self._header_name = bytearray()
+        self._header_value = bytearray()
+        self._headers: dict[bytes, bytes] = {}
+        self._target: bytearray | None = None
+        self._target_limit = 0
+        self._target_is_file = False
+
+    def callbacks(self) -> dict[str, object]:
+        return {
+            "on_part_begin": self._on_part_begin,
+            "on_header_field": lambda data, start, end: self._header_name.extend(data[start:end]),
+            "on_header_value": lambda data, start, end: self._header_value.extend(data[start:end]),
+            "on_header_end": self._on_header_end,
+            "on_headers_finished": self._on_headers_finished,
+            "on_part_data": self._on_part_data,
+        }
+
+    def _on_part_begin(self) -> None:
+        self._headers = {}
+        self._target = None
+
+    def _on_header_end(self) -> None:
+        self._headers[bytes(self._header_name).lower()] = bytes(self._header_value)
+        self._header_name.clear()
+        self._header_value.clear()
+
+    def _on_headers_finished(self) -> None:
+        disposition, options = parse_options_header(self._headers.get(b"content-disposition"))
+        if disposition != b"form-data" or b"name" not in options:
+            raise UploadMalformed("a multipart part lacks Content-Disposition: form-data; name=...")
+        name = options[b"name"].decode("utf-8", "replace")
+        if name == "file":
+            if self.file_content is not None:
+                raise UploadMalformed("more than one `file` part")
+            self.file_content = bytearray()
+            raw_filename = options.get(b"filename")
+            self.client_filename = raw_filename.decode("utf-8", "replace") if raw_filename else None
+            self._target, self._target_limit, self._target_is_file = (
+                self.file_content, self.max_file_bytes, True
+            )
+        else:
+            self._target = self.fields.setdefault(name, bytearray())
+            self._target_limit, self._target_is_file = MAX_FIELD_BYTES, False
+
+    def _on_part_data(self, data: bytes, start: int, end: int) -> None:
+        if self._target is None:
+            return
+        self._target.extend(data[start:end])
+        if len(self._target) > self._target_limit:
+            if self._target_is_file:
+                raise UploadTooLarge(
+                    f"the file is larger than {self.max_file_bytes} bytes",
+                    max_bytes=self.max_file_bytes,
+                )
+            raise UploadMalformed(f"a form field is longer than {MAX_FIELD_BYTES} bytes")
+
+
+async def read_uploaded_file(request: Request, settings: SettingsDep) -> UploadedFile:
+    """Stream-parse the multipart body and return the ``file`` part.
+
+    Only awaits network reads (no blocking work), so it is an ``async`` dependency; the
+    handler that uses it is a plain ``def`` run in the thread pool.
+
+    Raises:
+        UploadTooLarge: the file exceeds ``max_upload_bytes`` (checked while reading).
+        UploadMalformed: not multipart/form-data, or no ``file`` part.
+    """
+    max_file_bytes = settings.max_upload_bytes
+    max_body_bytes = max_file_bytes + FRAMING_ALLOWANCE_BYTES
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
+        raise UploadTooLarge(
+            f"the request body is larger than {max_body_bytes} bytes "
+            f"(file limit {max_file_bytes} bytes)",
+            max_bytes=max_file_bytes,
+        )
+    content_type, options = parse_options_header(request.headers.get("content-type"))
+    boundary = options.get(b"boundary")
+    if content_type != b"multipart/form-data" or not boundary:
+        raise UploadMalformed("send the file as multipart/form-data in a field named `file`")
+
+    collector = _FormCollector(max_file_bytes)
+    try:
+        parser = MultipartParser(boundary, collector.callbacks(), max_size=max_body_bytes)
+        received = 0
+        async for chunk in request.stream():
+            received += len(chunk)
+            if received > max_body_bytes:
+                raise UploadTooLarge(
+                    f"the request body is larger than {max_body_bytes} bytes",
+                    max_bytes=max_file_bytes,
+                )
+            parser.write(chunk)
+        parser.finalize()
+    except FormParserError as exc:
+        raise UploadMalformed(f"malformed multipart body: {exc}") from None
+
+    if collector.file_content is None:
+        raise UploadMalformed("no `file` field in the multipart body")
+    assignment = collector.fields.get("assignment")
+    return UploadedFile(
+        content=bytes(collector.file_content),
+        client_filename=collector.client_filename,
+        assignment=assignment.decode("utf-8", "replace").strip() if assignment else DEFAULT_ASSIGNMENT,
+    )
+
+
+UploadDep = Annotated[UploadedFile, Depends(read_uploaded_file)]

@@ -1,0 +1,138 @@
+"""Service settings: the only code in api/ and submissions/ that reads the environment.
+
+One `Settings` object is built once per process (`get_settings()`) and passed down
+explicitly; the web app keeps it on `app.state`, the worker receives it as an argument.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+#: Values that mark a secret as "not configured". Accepted only in development.
+PLACEHOLDER_SECRETS = frozenset({"", "changeme", "secret", "password", "token", "dev", "test"})
+
+
+def is_placeholder_secret(value: str) -> bool:
+    """True for empty values, well-known placeholders and anything containing "change me"
+    in any spelling (``CHANGE_ME_INSTRUCTOR_TOKEN``, ``change-me``, ``changeme``)."""
+    normalized = value.strip().lower().replace("_", "").replace("-", "").replace(" ", "")
+    return normalized in PLACEHOLDER_SECRETS or "changeme" in normalized
+
+#: Default SQLite location for `grader serve` on one machine (relative to the working dir).
+DEFAULT_SQLITE_PATH = Path("var") / "grader.db"
+
+
+def default_grade_command() -> list[str]:
+    """The grader invocation prefix; the worker appends the per-job arguments.
+
+    The full command becomes ``[*prefix, SOURCE, "--json", "-", "--seed", SEED, "--device",
+    DEVICE, "--benchmark", BENCHMARK]`` (see docs/architecture.md).
+    """
+    return [sys.executable, "-m", "grader", "check"]
+
+
+class Settings(BaseSettings):
+    """All service configuration, read from ``GRADER_*`` environment variables (or ``.env``).
+
+    Raises:
+        pydantic.ValidationError: on malformed values, or when ``environment`` is not
+            ``development`` and a secret still holds a placeholder value.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="GRADER_", env_file=".env", extra="ignore", frozen=True
+    )
+
+    environment: Literal["development", "production"] = "development"
+
+    # Database. SQLite (one machine) by default; `postgresql+psycopg://...` for many workers.
+    database_url: str = f"sqlite:///{DEFAULT_SQLITE_PATH.as_posix()}"
+    sqlite_busy_timeout_s: float = Field(30.0, gt=0)
+
+    # Secrets.
+    instructor_token: SecretStr = SecretStr("changeme")
+    deployment_seed: SecretStr = SecretStr("changeme")
+
+    # Uploads and rate limit.
+    max_upload_bytes: int = Field(256 * 1024, gt=0)
+    rate_limit_submissions: int = Field(20, gt=0, description="submissions per window")
+    rate_limit_window_s: float = Field(3600.0, gt=0)
+
+    # Queue and worker.
+    lease_s: float = Field(60.0, gt=0, description="lease length; renewed by heartbeat")
+    heartbeat_interval_s: float | None = Field(
+        None, gt=0, description="lease renewal period; default lease_s / 4"
+    )
+    max_attempts: int = Field(3, ge=1, description="gradings tried before an infrastructure error")
+    poll_interval_s: float = Field(1.0, gt=0)
+    worker_stale_after_s: float = Field(120.0, gt=0, description="healthz: heartbeat age limit")
+
+    # How a worker runs the grader.
+    grade_command: Annotated[list[str], NoDecode] = Field(default_factory=default_grade_command)
+    grader_device: str = "auto"
+    grader_benchmark: str = "auto"
+    grader_timeout_s: float = Field(1800.0, gt=0, description="outer wall-clock limit")
+    max_result_bytes: int = Field(8 * 1024 * 1024, gt=0, description="cap on grader stdout")
+    stored_log_cap_bytes: int = Field(64 * 1024, gt=0, description="cap on each stored log text")
+
+    @field_validator("grade_command", mode="before")
+    @classmethod
+    def _parse_grade_command(cls, value: object) -> object:
+        """Accept a JSON list (``'["python", "fake.py"]'``) or a shell-like string."""
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return shlex.split(text)
+        return value
+
+    @field_validator("deployment_seed", "instructor_token", mode="before")
+    @classmethod
+    def _secret_as_text(cls, value: object) -> object:
+        """An integer seed is accepted and used as its decimal text."""
+        return str(value) if isinstance(value, int) else value
+
+    @field_validator("grade_command")
+    @classmethod
+    def _non_empty_command(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("grade_command must not be empty")
+        return value
+
+    @model_validator(mode="after")
+    def _refuse_placeholder_secrets(self) -> Settings:
+        if self.environment == "development":
+            return self
+        for field_name in ("instructor_token", "deployment_seed"):
+            if is_placeholder_secret(getattr(self, field_name).get_secret_value()):
+                raise ValueError(
+                    f"GRADER_{field_name.upper()} holds a placeholder; set a real secret "
+                    f"(placeholders are accepted only with GRADER_ENVIRONMENT=development)"
+                )
+        if len(self.instructor_token.get_secret_value()) < 16:
+            raise ValueError("GRADER_INSTRUCTOR_TOKEN must be at least 16 characters")
+        return self
+
+    @property
+    def lease_renewal_s(self) -> float:
+        """Seconds between two lease renewals by a worker's heartbeat thread."""
+        return self.heartbeat_interval_s or self.lease_s / 4
+
+    @property
+    def is_sqlite(self) -> bool:
+        """True when the database is SQLite (one machine; WAL mode)."""
+        return self.database_url.startswith("sqlite")
+
+
+@functools.cache
+def get_settings() -> Settings:
+    """The process-wide settings, built on first use from the environment."""
+    return Settings()

@@ -1,0 +1,282 @@
+"""The worker loop: sweep expired leases, claim the oldest queued job, grade it in a
+`grader check` subprocess while a heartbeat thread renews the lease, store the outcome.
+
+One worker grades one job at a time (timing needs the GPU to itself); run one worker per
+GPU. Workers on many hosts can share one PostgreSQL database.
+
+Transactions belong to this module's job wrapper: each step (sweep, claim, record) is one
+short transaction; no transaction is open while the grader runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from submissions import repository
+from submissions.grading import GradingCancelled, InfrastructureFailure, run_grader
+from submissions.models import utc_now
+from submissions.repository import ClaimedJob
+from submissions.service import derive_grading_seed
+from submissions.settings import Settings
+
+logger = logging.getLogger("submissions.worker")
+
+#: How often a failed database write of a finished grading is retried before giving up
+#: (the lease then expires and the job is graded again).
+RECORD_RETRIES = 3
+
+
+def default_worker_id() -> str:
+    """``host:pid:random`` — unique per worker process, readable in /healthz."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+@dataclass
+class _CurrentJob:
+    job: ClaimedJob
+    cancel: threading.Event = field(default_factory=threading.Event)
+    lease_lost: bool = False
+
+
+class Worker:
+    """Grades queued submissions one at a time.
+
+    Thread-safety: `run_forever` (or `process_next_job`) runs in one thread; the heartbeat
+    thread started by `run_forever` only renews the lease of the current job and refreshes
+    the worker's heartbeat row, each in its own short transaction.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        session_factory: sessionmaker[Session],
+        *,
+        worker_id: str | None = None,
+    ) -> None:
+        self.settings = settings
+        self.session_factory = session_factory
+        self.worker_id = worker_id or default_worker_id()
+        self.started_at = utc_now()
+        self._lock = threading.Lock()
+        self._current: _CurrentJob | None = None
+        self._stop = threading.Event()
+
+    # ------------------------------------------------------------------ public loop
+
+    def run_forever(self) -> None:
+        """Process jobs until `request_stop()` is called. A job being graded when the stop
+        arrives is cancelled and handed back to the queue."""
+        heartbeat = threading.Thread(
+            target=self._heartbeat_loop, name=f"heartbeat-{self.worker_id}", daemon=True
+        )
+        heartbeat.start()
+        logger.info("worker %s started", self.worker_id)
+        try:
+            while not self._stop.is_set():
+                try:
+                    processed = self.process_next_job()
+                except SQLAlchemyError:
+                    logger.exception("worker %s: database error; retrying", self.worker_id)
+                    processed = False
+                if not processed:
+                    self._stop.wait(self.settings.poll_interval_s)
+        finally:
+            self._stop.set()
+            heartbeat.join(timeout=5)
+            try:
+                with self.session_factory.begin() as session:
+                    repository.delete_worker_heartbeat(session, worker_id=self.worker_id)
+            except SQLAlchemyError:
+                logger.warning("worker %s: could not remove its heartbeat row", self.worker_id)
+            logger.info("worker %s stopped", self.worker_id)
+
+    def request_stop(self) -> None:
+        """Ask the loop to stop; cancels the grading in progress (signal-handler safe)."""
+        self._stop.set()
+        current = self._current
+        if current is not None:
+            current.cancel.set()
+
+    def process_next_job(self) -> bool:
+        """Sweep expired leases, claim one job and grade it. Returns False if the queue was
+        empty. Raises sqlalchemy errors from the sweep or the claim."""
+        now = utc_now()
+        with self.session_factory.begin() as session:
+            sweep = repository.requeue_expired_leases(
+                session, now=now, max_attempts=self.settings.max_attempts
+            )
+        for submission_id in sweep.requeued:
+            logger.warning("submission %s: lease expired, re-queued", submission_id)
+        for submission_id in sweep.abandoned:
+            logger.error("submission %s: lease expired too often, marked error", submission_id)
+
+        with self.session_factory.begin() as session:
+            job = repository.claim_next_submission(
+                session, worker_id=self.worker_id, lease_s=self.settings.lease_s, now=utc_now()
+            )
+        if job is None:
+            return False
+        self._grade(job)
+        return True
+
+    # ------------------------------------------------------------------ one job
+
+    def _grade(self, job: ClaimedJob) -> None:
+        current = _CurrentJob(job=job)
+        with self._lock:
+            self._current = current
+        logger.info(
+            "worker %s: grading submission %s (attempt %s)",
+            self.worker_id, job.submission_id, job.attempt,
+        )
+        try:
+            seed = job.seed if job.seed is not None else derive_grading_seed(
+                deployment_seed=self.settings.deployment_seed.get_secret_value(),
+                submission_id=job.submission_id,
+            )
+            try:
+                outcome = run_grader(
+                    self.settings,
+                    assignment=job.assignment,
+                    source_text=job.source_text,
+                    seed=seed,
+                    cancel=current.cancel,
+                )
+            except GradingCancelled:
+                self._after_cancel(current)
+                return
+            except InfrastructureFailure as failure:
+                logger.warning(
+                    "submission %s: infrastructure failure: %s", job.submission_id, failure.reason
+                )
+                self._record(
+                    job,
+                    lambda session: repository.record_infrastructure_failure(
+                        session,
+                        submission_id=job.submission_id,
+                        lease_token=job.lease_token,
+                        reason=failure.reason,
+                        attempt=job.attempt,
+                        max_attempts=self.settings.max_attempts,
+                        exit_code=failure.exit_code,
+                        grader_stderr=failure.grader_stderr,
+                        duration_s=failure.duration_s,
+                        now=utc_now(),
+                    ),
+                )
+                return
+            except Exception as exc:  # noqa: BLE001 - a bug here must not lose the job
+                logger.exception("submission %s: worker error", job.submission_id)
+                self._record(
+                    job,
+                    lambda session: repository.record_infrastructure_failure(
+                        session,
+                        submission_id=job.submission_id,
+                        lease_token=job.lease_token,
+                        reason=f"worker error: {type(exc).__name__}: {exc}",
+                        attempt=job.attempt,
+                        max_attempts=self.settings.max_attempts,
+                        exit_code=None,
+                        grader_stderr=None,
+                        duration_s=None,
+                        now=utc_now(),
+                    ),
+                )
+                return
+            logger.info("submission %s: %s", job.submission_id, outcome.status)
+            self._record(
+                job,
+                lambda session: repository.record_grading_outcome(
+                    session,
+                    submission_id=job.submission_id,
+                    lease_token=job.lease_token,
+                    outcome=outcome,
+                    now=utc_now(),
+                ),
+            )
+        finally:
+            with self._lock:
+                self._current = None
+
+    def _after_cancel(self, current: _CurrentJob) -> None:
+        job = current.job
+        if current.lease_lost:
+            logger.warning(
+                "submission %s: lease lost during grading; result discarded", job.submission_id
+            )
+            return
+        # Shutdown: hand the job back without charging an attempt.
+        self._record(
+            job,
+            lambda session: repository.release_claim(
+                session, submission_id=job.submission_id, lease_token=job.lease_token
+            ),
+        )
+
+    def _record(self, job: ClaimedJob, write: Callable[[Session], object]) -> None:
+        """Run `write` in one transaction, retrying database errors a few times. If it
+        still fails, the job is left running; its lease expires and it is graded again."""
+        for attempt in range(1, RECORD_RETRIES + 1):
+            try:
+                with self.session_factory.begin() as session:
+                    written = write(session)
+                if written is False or written is None:
+                    logger.warning(
+                        "submission %s: lease no longer held; outcome discarded",
+                        job.submission_id,
+                    )
+                return
+            except SQLAlchemyError:
+                logger.exception(
+                    "submission %s: storing the outcome failed (try %s/%s)",
+                    job.submission_id, attempt, RECORD_RETRIES,
+                )
+                time.sleep(min(2.0, 0.2 * attempt))
+
+    # ------------------------------------------------------------------ heartbeat
+
+    def _heartbeat_loop(self) -> None:
+        hostname = socket.gethostname()
+        while not self._stop.is_set():
+            with self._lock:
+                current = self._current
+            try:
+                with self.session_factory.begin() as session:
+                    now = utc_now()
+                    if current is not None and not current.cancel.is_set():
+                        held = repository.renew_lease(
+                            session,
+                            submission_id=current.job.submission_id,
+                            lease_token=current.job.lease_token,
+                            lease_s=self.settings.lease_s,
+                            now=now,
+                        )
+                        if not held:
+                            current.lease_lost = True
+                            current.cancel.set()
+                            logger.warning(
+                                "submission %s: lease lost; stopping the grader",
+                                current.job.submission_id,
+                            )
+                    repository.upsert_worker_heartbeat(
+                        session,
+                        worker_id=self.worker_id,
+                        hostname=hostname,
+                        pid=os.getpid(),
+                        started_at=self.started_at,
+                        current_submission_id=current.job.submission_id if current else None,
+                        now=now,
+                    )
+            except SQLAlchemyError:
+                logger.exception("worker %s: heartbeat failed", self.worker_id)
+            self._stop.wait(self.settings.lease_renewal_s)

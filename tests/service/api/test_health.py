@@ -1,0 +1,57 @@
+"""api/routes/health.py: /healthz (database, worker heartbeats) and /metrics."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from submissions import repository
+
+from ..helpers import create_student, grade_next, kernel_source, make_outcome, upload
+
+
+def test_healthz_reports_database_and_workers(client, db_session) -> None:
+    body = client.get("/healthz").json()
+    assert body["database"] == "ok" and body["status"] == "degraded" and body["workers"] == []
+
+    now = dt.datetime.now(dt.UTC)
+    repository.upsert_worker_heartbeat(
+        db_session, worker_id="gpu0", hostname="h", pid=1, started_at=now,
+        current_submission_id=None, now=now)
+    repository.upsert_worker_heartbeat(
+        db_session, worker_id="old", hostname="h", pid=2, started_at=now,
+        current_submission_id=None, now=now - dt.timedelta(hours=1))
+    db_session.commit()
+    body = client.get("/healthz").json()
+    assert body["status"] == "ok"
+    assert {w["worker_id"]: w["alive"] for w in body["workers"]} == {"gpu0": True, "old": False}
+
+
+def test_metrics_expose_queue_depth_verdicts_and_durations(client, db_session) -> None:
+    _, token = create_student(client)
+    upload(client, token, kernel_source())
+    grade_next(db_session, make_outcome(speedup=1.5))
+    upload(client, token, kernel_source())
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    text = response.text
+    assert "grader_queue_depth 1.0" in text
+    assert 'grader_gradings_total{error_kind="",verdict="passed"} 1.0' in text
+    assert 'grader_grading_duration_seconds_bucket{le="5"} 1.0' in text
+    assert "grader_grading_duration_seconds_count 1.0" in text
+    assert 'grader_submissions{status="queued"} 1.0' in text
+
+
+def test_unreachable_database_is_503_with_a_stable_code() -> None:
+    from fastapi.testclient import TestClient
+
+    from api.main import create_app
+
+    from ..helpers import bearer, make_settings
+
+    app = create_app(make_settings("postgresql+psycopg://postgres@127.0.0.1:1/none"))
+    with TestClient(app) as client:
+        response = client.get("/healthz")
+        assert response.status_code == 503 and response.json()["database"] == "unreachable"
+        response = client.get("/api/v1/submissions", headers=bearer("some-token"))
+        assert response.status_code == 503
+        assert response.json()["error"]["code"] == "database_unavailable"

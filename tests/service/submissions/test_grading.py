@@ -1,0 +1,128 @@
+"""submissions/grading.py: the grader subprocess contract (exit codes, result document,
+environment, caps), exercised with the fake grader in tests/service/fakes/."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from submissions.grading import (
+    GradingCancelled,
+    InfrastructureFailure,
+    build_grade_command,
+    grader_environment,
+    run_grader,
+)
+from submissions.models import SubmissionStatus
+from submissions.storage import cap_bytes
+
+from ..helpers import kernel_source, make_settings
+
+SETTINGS = make_settings("sqlite:///unused.db", grader_timeout_s=20, stored_log_cap_bytes=1000)
+
+
+def grade(directive: str, **overrides) -> object:
+    settings = make_settings("sqlite:///unused.db", **{"grader_timeout_s": 20,
+                                                       "stored_log_cap_bytes": 1000, **overrides})
+    return run_grader(settings, assignment="softmax_backward", source_text=kernel_source(directive),
+                      seed=1234, cancel=threading.Event())
+
+
+def test_passed_with_checks_benchmark_and_versions() -> None:
+    outcome = grade("speedup=1.93")
+    assert outcome.status is SubmissionStatus.PASSED and outcome.exit_code == 0
+    assert [c.name for c in outcome.checks] == ["autograd_fp32", "bf16_rows"]
+    assert outcome.checks[0].numbers == {"max_abs_err": 1e-7, "tolerance": 1e-5}
+    assert outcome.checks[1].skipped and not outcome.checks[1].passed
+    assert outcome.headline_speedup == pytest.approx(1.93)
+    assert outcome.result_document["seed"] == 1234
+    assert outcome.versions["grader"] == "fake" and outcome.device == "cpu (fake)"
+
+
+def test_failed_and_submission_error() -> None:
+    failed = grade("verdict=failed")
+    assert failed.status is SubmissionStatus.FAILED and failed.exit_code == 1
+    assert failed.headline_speedup is None and "autograd_fp32" in failed.error_message
+    error = grade("verdict=error error_kind=syntax")
+    assert error.status is SubmissionStatus.ERROR and error.exit_code == 2
+    assert error.error_kind == "syntax"
+
+
+@pytest.mark.parametrize(
+    ("directive", "reason"),
+    [
+        ("exit=3", "infrastructure error"),
+        ("kill=1", "killed by SIGKILL"),
+        ("garbage=1", "no valid JSON"),
+        ("verdict=failed exit=0", "contradicts exit code"),
+        ("verdict=passed exit=1", "contradicts exit code"),
+        ("exit=7", "unexpected code 7"),
+    ],
+)
+def test_infrastructure_failures_are_never_verdicts(directive: str, reason: str) -> None:
+    with pytest.raises(InfrastructureFailure) as caught:
+        grade(directive)
+    assert reason in caught.value.reason
+
+
+def test_outer_timeout_kills_the_grader_and_is_not_a_pass() -> None:
+    with pytest.raises(InfrastructureFailure) as caught:
+        grade("sleep=30", grader_timeout_s=0.5)
+    assert "outer timeout" in caught.value.reason
+
+
+def test_cancel_stops_the_grader() -> None:
+    cancel = threading.Event()
+    threading.Timer(0.3, cancel.set).start()
+    with pytest.raises(GradingCancelled):
+        run_grader(SETTINGS, assignment="softmax_backward",
+                   source_text=kernel_source("sleep=30"), seed=1, cancel=cancel)
+
+
+def test_command_environment_and_file_name(tmp_path, monkeypatch) -> None:
+    record = tmp_path / "record.json"
+    for name in ["GRADER_DATABASE_URL", "GRADER_INSTRUCTOR_TOKEN", "GRADER_DEPLOYMENT_SEED",
+                 "PGPASSWORD", "AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN"]:
+        monkeypatch.setenv(name, "secret-value")
+    monkeypatch.setenv("GRADER_SANDBOX", "bwrap")  # a grader setting: passed through
+    grade(f"record={record}", grader_device="cpu")
+    seen = json.loads(record.read_text())
+    assert seen["source_name"] == "softmax_backward.py"
+    assert seen["argv"][2:] == ["--json", "-", "--seed", "1234", "--device", "cpu",
+                                "--benchmark", "auto"]
+    for name in ["GRADER_DATABASE_URL", "GRADER_INSTRUCTOR_TOKEN", "GRADER_DEPLOYMENT_SEED",
+                 "PGPASSWORD", "AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN"]:
+        assert name not in seen["env"]
+    assert "GRADER_SANDBOX" in seen["env"]
+    assert seen["stdin_is_devnull"]
+
+
+def test_default_command_is_python_m_grader_check() -> None:
+    from submissions.settings import Settings
+
+    real = Settings(_env_file=None)
+    command = build_grade_command(real, source_path="/tmp/x/softmax_backward.py", seed=7)
+    assert command[1:] == ["-m", "grader", "check", "/tmp/x/softmax_backward.py", "--json", "-",
+                           "--seed", "7", "--device", "auto", "--benchmark", "auto"]
+
+
+def test_logs_keep_head_and_tail_within_the_cap() -> None:
+    outcome = grade("log_bytes=50000 stderr_bytes=70000")
+    assert outcome.log_truncated and len(outcome.log_text) < 1200
+    assert "bytes omitted" in outcome.log_text and "truncated" in outcome.log_text
+    assert outcome.result_document["log"]["truncated"] is True
+    assert "bytes omitted" in outcome.grader_stderr and len(outcome.grader_stderr) < 1200
+
+    capped = cap_bytes(b"a" * 10 + b"b" * 100 + b"c" * 10, limit=20)
+    assert capped.truncated and capped.total_bytes == 120
+    assert capped.text.startswith("a" * 10) and capped.text.endswith("c" * 10)
+    assert "100 bytes omitted" in capped.text
+
+
+def test_environment_filter_keeps_ordinary_variables() -> None:
+    env = grader_environment({"PATH": "/bin", "HOME": "/h", "GRADER_LEASE_S": "5",
+                              "MY_API_KEY": "k", "CUDA_VISIBLE_DEVICES": "0"})
+    assert env["PATH"] == "/bin" and env["CUDA_VISIBLE_DEVICES"] == "0"
+    assert "GRADER_LEASE_S" not in env and "MY_API_KEY" not in env

@@ -1,0 +1,170 @@
+"""submissions/worker.py: the worker loop against a real database, with the fake grader.
+
+Includes the crash test: a worker process is SIGKILLed in the middle of a grading; the job
+is re-queued when its lease expires and finished by another worker, never by two at once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import update
+
+from api.main import create_app
+from submissions import repository
+from submissions.models import INFRASTRUCTURE_ERROR, Submission
+from submissions.worker import Worker
+
+from ..helpers import (
+    bearer,
+    create_student,
+    kernel_source,
+    upload,
+    wait_until,
+    worker_environment,
+)
+
+REPOSITORY_ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def api(committed_db):
+    """An API client on the committed database (what workers see)."""
+    with TestClient(create_app(committed_db.settings())) as client:
+        yield client
+
+
+def _status(committed_db, submission_id: int) -> Submission:
+    with committed_db.session_factory() as session:
+        return repository.get_submission(session, submission_id=submission_id)
+
+
+def test_worker_grades_and_stores_verdicts_in_one_go(committed_db, api) -> None:
+    _, token = create_student(api)
+    submission_id = upload(api, token, kernel_source("speedup=1.5")).json()["id"]
+    worker = Worker(committed_db.settings(), committed_db.session_factory, worker_id="w1")
+    assert worker.process_next_job() is True
+    assert worker.process_next_job() is False
+
+    body = api.get(f"/api/v1/submissions/{submission_id}", headers=bearer(token)).json()
+    assert body["status"] == "passed" and body["worker_id"] == "w1" and body["attempts"] == 1
+    assert [c["name"] for c in body["checks"]] == ["autograd_fp32", "bf16_rows"]
+    assert body["checks"][0]["numbers"]["max_abs_err"] == 1e-7
+    assert body["benchmark"]["headline"]["value"] == 1.5 and body["headline_speedup"] == 1.5
+    assert body["started_at"] and body["finished_at"] and body["grading_duration_s"] > 0
+    assert body["versions"]["grader"] == "fake" and body["error"] is None
+
+
+def test_infrastructure_failures_are_retried_then_shown_and_not_charged(committed_db) -> None:
+    settings = committed_db.settings(max_attempts=2, rate_limit_submissions=1)
+    with TestClient(create_app(settings)) as api:
+        _, token = create_student(api)
+        submission_id = upload(api, token, kernel_source("exit=3")).json()["id"]
+        assert upload(api, token, kernel_source()).status_code == 429
+        worker = Worker(settings, committed_db.session_factory, worker_id="w1")
+        assert worker.process_next_job()
+        assert _status(committed_db, submission_id).status == "queued"  # retried
+        assert worker.process_next_job()
+        body = api.get(f"/api/v1/submissions/{submission_id}", headers=bearer(token)).json()
+        assert body["status"] == "error" and body["attempts"] == 2
+        assert body["error"]["kind"] == INFRASTRUCTURE_ERROR
+        assert "infrastructure error" in body["error"]["message"]
+        assert body["checks"] == []
+        # Our fault: the student may upload again at once.
+        assert upload(api, token, kernel_source()).status_code == 202
+
+
+def test_shutdown_hands_the_job_back_without_charging_an_attempt(committed_db, api) -> None:
+    _, token = create_student(api)
+    submission_id = upload(api, token, kernel_source("sleep=30")).json()["id"]
+    worker = Worker(committed_db.settings(), committed_db.session_factory, worker_id="w1")
+    thread = threading.Thread(target=worker.run_forever)
+    thread.start()
+    wait_until(lambda: _status(committed_db, submission_id).status == "running", timeout=10)
+    worker.request_stop()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    submission = _status(committed_db, submission_id)
+    assert submission.status == "queued" and submission.attempts == 0
+
+
+def test_a_worker_that_loses_its_lease_stops_grading(committed_db, api) -> None:
+    settings = committed_db.settings(lease_s=5, heartbeat_interval_s=0.1)
+    _, token = create_student(api)
+    submission_id = upload(api, token, kernel_source("sleep=30")).json()["id"]
+    worker = Worker(settings, committed_db.session_factory, worker_id="w1")
+    thread = threading.Thread(target=worker.run_forever)
+    thread.start()
+    try:
+        wait_until(lambda: _status(committed_db, submission_id).status == "running", timeout=10)
+        with committed_db.session_factory.begin() as session:  # as if another worker took it
+            session.execute(update(Submission).values(lease_token="someone-else"))
+        wait_until(lambda: worker._current is None, timeout=10, message="grading cancelled")
+        submission = _status(committed_db, submission_id)
+        assert submission.status == "running" and submission.lease_token == "someone-else"
+    finally:
+        worker.request_stop()
+        thread.join(timeout=10)
+
+
+def _start_worker(committed_db, worker_id: str, log_dir: Path) -> subprocess.Popen[bytes]:
+    env = worker_environment(committed_db.url, lease_s="2", heartbeat_interval_s="0.25")
+    log = (log_dir / f"{worker_id}.log").open("wb")
+    return subprocess.Popen(
+        [sys.executable, "-m", "submissions.cli", "worker", "--worker-id", worker_id],
+        cwd=REPOSITORY_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log,
+    )
+
+
+def _process_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    with open(f"/proc/{pid}/stat") as stat:  # a zombie counts as gone
+        return stat.read().split(") ", 1)[1].startswith("Z")
+
+
+@pytest.mark.slow
+def test_sigkilled_worker_job_is_requeued_and_finished_by_another(committed_db, api, tmp_path) -> None:
+    marker = tmp_path / "grader-started"
+    _, token = create_student(api)
+    submission_id = upload(api, token, kernel_source(f"sleep_once={marker}")).json()["id"]
+
+    doomed = _start_worker(committed_db, "doomed", tmp_path)
+    survivor = None
+    try:
+        wait_until(marker.exists, timeout=30, message="the first grading to start")
+        survivor = _start_worker(committed_db, "survivor", tmp_path)
+        # The heartbeat keeps the 2 s lease alive: the survivor must not take the job.
+        wait_until(lambda: any(w["worker_id"] == "survivor" and w["alive"]
+                               for w in api.get("/healthz").json()["workers"]), timeout=30)
+        threading.Event().wait(2.5)
+        submission = _status(committed_db, submission_id)
+        assert (submission.status, submission.worker_id, submission.attempts) == (
+            "running", "doomed", 1)
+
+        doomed.send_signal(signal.SIGKILL)
+        doomed.wait(timeout=10)
+        grader_pid = int(marker.read_text())
+        wait_until(lambda: _process_gone(grader_pid), timeout=10,
+                   message="the orphaned grader to die with its worker")
+
+        wait_until(lambda: _status(committed_db, submission_id).status == "passed", timeout=30,
+                   message="the survivor to finish the job")
+        body = api.get(f"/api/v1/submissions/{submission_id}", headers=bearer(token)).json()
+        assert body["worker_id"] == "survivor" and body["attempts"] == 2
+        assert body["checks"][0]["passed"] is True
+    finally:
+        for process in (doomed, survivor):
+            if process is not None and process.poll() is None:
+                process.terminate()
+                process.wait(timeout=15)
+    assert survivor.returncode == 0, (tmp_path / "survivor.log").read_text()[-2000:]

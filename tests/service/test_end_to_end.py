@@ -1,0 +1,183 @@
+"""End to end: a real `grader serve` process (real port, SQLite in a temporary directory,
+one embedded worker process), driven by the `grader students` and `grader submit` commands
+and by HTTP; first with the fake grader, then with the real `grader check`."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from .helpers import FAKE_GRADER, INSTRUCTOR_TOKEN, kernel_source, wait_until
+
+REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
+REFERENCE = REPOSITORY_ROOT / "grader" / "assignments" / "softmax_backward_reference.py"
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _environment(**settings: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRADER_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPOSITORY_ROOT), env.get("PYTHONPATH")]))
+    env["GRADER_INSTRUCTOR_TOKEN"] = INSTRUCTOR_TOKEN
+    env["GRADER_DEPLOYMENT_SEED"] = "e2e-seed"
+    env.update({f"GRADER_{k.upper()}": v for k, v in settings.items()})
+    return env
+
+
+def _grader(*args: str) -> list[str]:
+    """The `grader` console command (grader/cli.py dispatches the service commands)."""
+    return [sys.executable, "-m", "grader", *args]
+
+
+def _children(pid: int) -> set[int]:
+    children: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        children.update(int(child) for child in text)
+    return children
+
+
+@contextlib.contextmanager
+def grader_serve(workdir: Path, env: dict[str, str]) -> Iterator[str]:
+    """Run `grader serve` in `workdir` (default SQLite: ./var/grader.db) until the block ends;
+    then SIGTERM it and check that it and its embedded worker exit cleanly."""
+    port = _free_port()
+    log_path = workdir / "serve.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(_grader("serve", "--port", str(port)), cwd=workdir, env=env,
+                                   stdout=log, stderr=subprocess.STDOUT)
+    base_url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        if process.poll() is not None:
+            raise AssertionError(f"grader serve exited: {log_path.read_text()[-3000:]}")
+        try:
+            return httpx.get(f"{base_url}/healthz", timeout=2).json()["status"] == "ok"
+        except (httpx.HTTPError, ValueError):
+            return False
+
+    try:
+        wait_until(ready, timeout=60, interval=0.2, message="grader serve and its worker")
+        children = _children(process.pid)
+        assert children, "no embedded worker process"
+        yield base_url
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, log_path.read_text()[-3000:]
+    for child in children:
+        assert not Path(f"/proc/{child}").exists() or "Z" in (
+            Path(f"/proc/{child}/stat").read_text().split(") ", 1)[1][:1]
+        ), f"embedded worker {child} outlived grader serve"
+
+
+def _run(command: list[str], workdir: Path, env: dict[str, str], timeout: float = 120
+         ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def test_grader_serve_with_students_and_submit_commands(tmp_path: Path) -> None:
+    env = _environment(grade_command=json.dumps([sys.executable, str(FAKE_GRADER)]),
+                       poll_interval_s="0.2")
+    with grader_serve(tmp_path, env) as base_url:
+        assert (tmp_path / "var" / "grader.db").exists()  # the embedded default database
+        added = _run(_grader("students", "add", "Ada Lovelace"), tmp_path, env)
+        assert added.returncode == 0, added.stderr
+        token = added.stdout.strip()
+
+        good = tmp_path / "good.py"
+        good.write_text(kernel_source("speedup=1.8"))
+        result = _run(_grader("submit", str(good), "--server", base_url, "--token", token,
+                              "--poll-interval", "0.2"), tmp_path, env)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "passed" in result.stdout and "✓" in result.stdout
+        assert "autograd_fp32" in result.stdout and "1e-07 vs 1e-05" in result.stdout
+
+        bad = tmp_path / "bad.py"
+        bad.write_text(kernel_source("verdict=failed"))
+        result = _run(_grader("submit", str(bad), "--server", base_url, "--token", token,
+                              "--poll-interval", "0.2"), tmp_path, env)
+        assert result.returncode == 1 and "✗" in result.stdout
+
+        broken = tmp_path / "broken.py"
+        broken.write_text("def softmax_backward(:\n")
+        result = _run(_grader("submit", str(broken), "--server", base_url, "--token", token),
+                      tmp_path, env)
+        assert result.returncode == 2 and "source_syntax_error" in result.stderr
+
+        board = httpx.get(f"{base_url}/api/v1/leaderboard",
+                          headers={"Authorization": f"Bearer {INSTRUCTOR_TOKEN}"}).json()
+        assert [(r["student_name"], r["headline_speedup"]) for r in board["rows"]] == [
+            ("Ada Lovelace", 1.8)]
+        metrics = httpx.get(f"{base_url}/metrics").text
+        assert 'grader_gradings_total{error_kind="",verdict="failed"} 1.0' in metrics
+        assert httpx.get(f"{base_url}/docs").status_code == 200
+
+
+def _real_grader_available() -> bool:
+    try:
+        return _run(_grader("check", "--help"), REPOSITORY_ROOT, _environment(), 60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def test_real_grader_passes_the_reference_and_fails_a_wrong_kernel(tmp_path: Path) -> None:
+    if not _real_grader_available():
+        pytest.skip("`python -m grader check` is not available yet")
+    reference = REFERENCE.read_text()
+    wrong = reference.replace("g - dot", "g + dot")
+    assert wrong != reference
+    env = _environment(grader_device="cpu")
+    with grader_serve(tmp_path, env) as base_url:
+        with httpx.Client(base_url=base_url, timeout=30) as client:
+            instructor = {"Authorization": f"Bearer {INSTRUCTOR_TOKEN}"}
+            token = client.post("/api/v1/students", json={"name": "ref"},
+                                headers=instructor).json()["token"]
+            student = {"Authorization": f"Bearer {token}"}
+            ids = {}
+            for label, source in (("reference", reference), ("wrong", wrong)):
+                response = client.post("/api/v1/submissions", headers=student,
+                                       files={"file": (f"{label}.py", source.encode())})
+                assert response.status_code == 202, response.text
+                ids[label] = response.json()["id"]
+
+            def finished() -> dict[str, dict] | None:
+                bodies = {label: client.get(f"/api/v1/submissions/{i}", headers=instructor).json()
+                          for label, i in ids.items()}
+                done = all(b["status"] in {"passed", "failed", "error"} for b in bodies.values())
+                return bodies if done else None
+
+            started = time.monotonic()
+            bodies = wait_until(finished, timeout=300, interval=1.0, message="real gradings")
+    reference_body, wrong_body = bodies["reference"], bodies["wrong"]
+    assert reference_body["status"] == "passed", (reference_body["error"],
+                                                  reference_body["grader_stderr"])
+    assert reference_body["checks"] and all(c["passed"] or c["skipped"]
+                                            for c in reference_body["checks"])
+    assert reference_body["result"]["seed"] == reference_body["seed"]
+    assert wrong_body["status"] == "failed", (wrong_body["error"], wrong_body["grader_stderr"])
+    assert any(not c["passed"] and not c["skipped"] for c in wrong_body["checks"])
+    assert time.monotonic() - started < 300
