@@ -72,9 +72,12 @@ def _softmax_bwd_looped_kernel(
     y_ptr, g_ptr, dx_ptr,
     M, N,
     stride_ym, stride_yn, stride_gm, stride_gn, stride_dxm,
-    BLOCK_N: tl.constexpr, INT64: tl.constexpr,
+    BLOCK_N: tl.constexpr, INT64: tl.constexpr, STAGES: tl.constexpr,
 ):
-    """Two passes over each row in BLOCK_N chunks; programs stride over rows (persistent)."""
+    """Two passes over each row in BLOCK_N chunks; programs stride over rows (persistent).
+
+    STAGES > 1 software-pipelines the chunk loads (asynchronous copies into shared memory).
+    """
     pid = tl.program_id(0).to(tl.int64)  # int64 row index: scalar, costs nothing here
     nprog = tl.num_programs(0)
     offs = tl.arange(0, BLOCK_N)
@@ -84,7 +87,7 @@ def _softmax_bwd_looped_kernel(
         g_row = g_ptr + row * stride_gm
         dx_row = dx_ptr + row * stride_dxm
         acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-        for c in range(0, n_chunks):
+        for c in tl.range(0, n_chunks, num_stages=STAGES):
             cols = c * BLOCK_N + offs
             if INT64:
                 cols = cols.to(tl.int64)
@@ -93,7 +96,7 @@ def _softmax_bwd_looped_kernel(
             g = tl.load(g_row + cols * stride_gn, mask=mask, other=0.0).to(tl.float32)
             acc += y * g
         dot = tl.sum(acc, axis=0)
-        for c in range(0, n_chunks):
+        for c in tl.range(0, n_chunks, num_stages=STAGES):
             cols = (n_chunks - 1 - c) * BLOCK_N + offs  # reverse order: L2 hits first
             if INT64:
                 cols = cols.to(tl.int64)
@@ -108,7 +111,7 @@ def _softmax_bwd_partial_dot_kernel(
     y_ptr, g_ptr, part_ptr,
     N, n_seg,
     stride_ym, stride_yn, stride_gm, stride_gn,
-    SEG: tl.constexpr, BLOCK_N: tl.constexpr, INT64: tl.constexpr,
+    SEG: tl.constexpr, BLOCK_N: tl.constexpr, INT64: tl.constexpr, STAGES: tl.constexpr,
 ):
     """Program p = row * n_seg + seg writes sum(y*g) over columns [seg*SEG, (seg+1)*SEG)."""
     pid = tl.program_id(0)
@@ -119,7 +122,7 @@ def _softmax_bwd_partial_dot_kernel(
         seg = seg.to(tl.int64)
     offs = tl.arange(0, BLOCK_N)
     acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for c in range(0, SEG // BLOCK_N):
+    for c in tl.range(0, SEG // BLOCK_N, num_stages=STAGES):
         cols = seg * SEG + c * BLOCK_N + offs
         mask = cols < N
         y = tl.load(y_ptr + row * stride_ym + cols * stride_yn, mask=mask, other=0.0).to(tl.float32)
@@ -134,6 +137,7 @@ def _softmax_bwd_split_out_kernel(
     N, n_seg, n_prog,
     stride_ym, stride_yn, stride_gm, stride_gn, stride_dxm,
     SEG: tl.constexpr, BLOCK_N: tl.constexpr, SEG_P2: tl.constexpr, INT64: tl.constexpr,
+    STAGES: tl.constexpr,
 ):
     """Writes dx for one (row, segment); visits them in the reverse of kernel 1's order."""
     pid = n_prog - 1 - tl.program_id(0)
@@ -146,7 +150,7 @@ def _softmax_bwd_split_out_kernel(
     parts = tl.load(part_ptr + row * n_seg + s, mask=s < n_seg, other=0.0)
     dot = tl.sum(parts, axis=0)
     offs = tl.arange(0, BLOCK_N)
-    for c in range(0, SEG // BLOCK_N):
+    for c in tl.range(0, SEG // BLOCK_N, num_stages=STAGES):
         cols = seg * SEG + (SEG // BLOCK_N - 1 - c) * BLOCK_N + offs
         mask = cols < N
         y = tl.load(y_ptr + row * stride_ym + cols * stride_yn, mask=mask, other=0.0).to(tl.float32)
@@ -254,7 +258,8 @@ def _launch(y: torch.Tensor, g: torch.Tensor, dx: torch.Tensor, plan: dict) -> N
     elif plan["kind"] == "looped":
         _softmax_bwd_looped_kernel[(plan["grid"],)](
             y, g, dx, m, n, *strides, dx.stride(0),
-            BLOCK_N=plan["BLOCK_N"], INT64=int64, num_warps=plan["num_warps"])
+            BLOCK_N=plan["BLOCK_N"], INT64=int64, STAGES=plan.get("STAGES", 1),
+            num_warps=plan["num_warps"])
     else:
         seg = min(plan["SEG"], triton.next_power_of_2(n))
         block_n = min(plan["BLOCK_N"], seg)
@@ -263,8 +268,9 @@ def _launch(y: torch.Tensor, g: torch.Tensor, dx: torch.Tensor, plan: dict) -> N
         part = torch.empty(n_prog, dtype=torch.float32, device=y.device)
         _softmax_bwd_partial_dot_kernel[(n_prog,)](
             y, g, part, n, n_seg, *strides,
-            SEG=seg, BLOCK_N=block_n, INT64=int64, num_warps=plan["num_warps"])
+            SEG=seg, BLOCK_N=block_n, INT64=int64, STAGES=plan.get("STAGES", 1),
+            num_warps=plan["num_warps"])
         _softmax_bwd_split_out_kernel[(n_prog,)](
             y, g, dx, part, n, n_seg, n_prog, *strides, dx.stride(0),
             SEG=seg, BLOCK_N=block_n, SEG_P2=triton.next_power_of_2(n_seg), INT64=int64,
-            num_warps=plan["num_warps"])
+            STAGES=plan.get("STAGES", 1), num_warps=plan["num_warps"])

@@ -1,0 +1,344 @@
+"""CPU tests of the benchmark's parent-side logic and the timing harness's pure parts.
+
+The GPU path itself (event and graph timing, the children, the cheat kernels in
+tests/grader/test_benchmark_kernels/) runs on the lent GPU machine through
+scripts/gpu_bench.py; see docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import jsonschema
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from grader import benchmark as bench
+from grader.assignments import softmax_backward as spec
+from grader.harness import bench_child
+
+CUDA = torch.cuda.is_available()
+
+
+# ---- rows, bytes, geometric mean, flags ----------------------------------------------------
+def test_rows_cover_every_shape_and_dtype_of_the_spec():
+    rows = bench.benchmark_rows(spec, bench.BenchmarkOptions())
+    assert len(rows) == len(spec.BENCHMARK_SHAPES) * len(spec.BENCHMARK_DTYPES)
+    ids = {r["id"] for r in rows}
+    for shape in [(65536, 256), (4096, 4096), (1024, 32768), (256, 131072)]:
+        for dtype in ("float32", "float16", "bfloat16"):
+            assert f"{shape[0]}x{shape[1]}/{dtype}" in ids
+    assert len({r["seed"] for r in rows}) == len(rows)
+
+
+def test_rows_can_be_overridden():
+    rows = bench.benchmark_rows(spec, bench.BenchmarkOptions(shapes=((8, 16),), dtypes=("float16",)))
+    assert rows == [{"id": "8x16/float16", "m": 8, "n": 16, "dtype": "float16", "seed": 2024}]
+
+
+@pytest.mark.parametrize("dtype,size", [("float32", 4), ("float16", 2), ("bfloat16", 2)])
+def test_bytes_count_two_reads_and_one_write(dtype, size):
+    assert bench.bytes_moved(65536, 256, dtype) == 3 * 65536 * 256 * size
+    assert bench.bytes_moved(256, 131072, dtype, accesses=5) == 5 * 256 * 131072 * size
+
+
+def test_geometric_mean():
+    assert bench.geometric_mean([1.0, 4.0]) == pytest.approx(2.0)
+    assert bench.geometric_mean([2.0, 2.0, 2.0]) == pytest.approx(2.0)
+    assert bench.geometric_mean([]) is None
+    assert bench.geometric_mean([1.0, 0.0]) is None
+    assert bench.geometric_mean([1.0, -2.0]) is None
+    assert bench.geometric_mean([1.0, float("nan")]) is None
+
+
+def test_implausible_time_flag():
+    floor = 100e-6
+    assert bench.is_implausible(79e-6, floor)
+    assert not bench.is_implausible(81e-6, floor)
+    assert not bench.is_implausible(150e-6, floor)
+    assert not bench.is_implausible(None, floor)
+    assert bench.is_implausible(-1e-6, floor)  # a negative graph difference is not a time
+
+
+def test_event_wall_cross_check():
+    assert bench.event_undercuts_wall(2e-6, 60e-6)  # side-stream work: events saw nothing
+    assert not bench.event_undercuts_wall(55e-6, 60e-6)
+    assert not bench.event_undercuts_wall(5e-6, 12e-6)  # within the jitter slack
+
+
+# ---- harness helpers ------------------------------------------------------------------------
+def test_summary_statistics():
+    stats = bench_child.summarize([5.0, 1.0, 3.0, 2.0, 4.0], "sem")
+    assert stats["median_s"] == 3.0 and stats["q25_s"] == 2.0 and stats["q75_s"] == 4.0
+    assert stats["mean_s"] == 3.0 and stats["min_s"] == 1.0 and stats["n"] == 5
+    assert stats["sem_s"] == pytest.approx(math.sqrt(2.5 / 5))
+
+
+def test_sampling_stops_on_sem_budget_or_count():
+    opts = {"max_samples": 100, "budget_s": 10.0, "min_samples": 5, "target_rel_sem": 0.01}
+    now = time.perf_counter()
+    assert bench_child._stop_reason([1.0] * 4, now, opts) is None  # under min_samples
+    assert bench_child._stop_reason([1.0] * 5, now, opts) == "sem"
+    noisy = [1.0, 2.0] * 10
+    assert bench_child._stop_reason(noisy, now, opts) is None
+    assert bench_child._stop_reason(noisy, now - 11.0, opts) == "budget"
+    assert bench_child._stop_reason(noisy * 5, now, opts) == "max_samples"
+
+
+def test_sample_rows_are_spread_and_include_the_last():
+    rows = bench_child.sample_row_indices(256, 8)
+    assert rows == sorted(set(rows)) and rows[-1] == 255 and len(rows) <= 9 and rows[0] < 32
+    assert bench_child.sample_row_indices(3, 8) == [0, 1, 2]
+
+
+def test_inputs_are_reproducible_from_the_seed():
+    y1, g1 = bench_child.make_inputs(4, 33, torch.bfloat16, 123, device="cpu")
+    y2, g2 = bench_child.make_inputs(4, 33, torch.bfloat16, 123, device="cpu")
+    y3, _ = bench_child.make_inputs(4, 33, torch.bfloat16, 124, device="cpu")
+    assert torch.equal(y1, y2) and torch.equal(g1, g2) and not torch.equal(y1, y3)
+    assert y1.dtype == torch.bfloat16 and y1.shape == (4, 33) and bool((y1 >= 0).all())
+    assert bench_child.stage_seed(7, 1, 2) != bench_child.stage_seed(7, 2, 1)
+
+
+def test_tamper_detection_sees_replaced_timers(monkeypatch):
+    assert bench_child.tampered() == []
+    monkeypatch.setattr(torch.cuda.Event, "elapsed_time", lambda self, other: 0.0)
+    monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
+    assert set(bench_child.tampered()) >= {"torch.cuda.Event.elapsed_time", "time.perf_counter"}
+    # the harness's own references are the originals
+    assert bench_child._perf is not time.perf_counter
+
+
+def test_child_without_cuda_reports_instead_of_timing(tmp_path, monkeypatch):
+    if CUDA:
+        pytest.skip("this machine has a GPU")
+    (tmp_path / "bench_plan.json").write_text(json.dumps(
+        {"mode": "student", "rows": [], "options": bench.BenchmarkOptions().child_options(),
+         "function": "softmax_backward", "module_file": "softmax_backward.py"}))
+    assert bench_child.main(str(tmp_path)) == 0
+    result = json.loads((tmp_path / "bench_result.json").read_text())
+    assert "no CUDA device" in result["error"] and result["rows"] == []
+
+
+# ---- re-verification of timed outputs -------------------------------------------------------
+def _fake_outputs(row, stage_for_method, sets, corrupt=None):
+    """Outputs as the child would keep them, computed from the given stage's inputs."""
+    m, n, dtype = row["m"], row["n"], getattr(torch, row["dtype"])
+    kept = bench_child.sample_row_indices(m, 4)
+    tensors, saved = {}, {}
+    for method, stage in stage_for_method.items():
+        for k in range(sets):
+            y, g = bench_child.make_inputs(m, n, dtype, bench_child.stage_seed(row["seed"], stage, k), device="cpu")
+            dx, _ = spec.vjp_fp64(y, g)
+            out = dx.to(dtype)
+            if corrupt == method and k == 1:
+                out[kept[0], 0] += 1.0
+            tensors[f"student|{method}|set{k}"] = out[kept].contiguous()
+            if k == 0:
+                tensors[f"student|{method}|full"] = out.contiguous()
+        saved[method] = {"sample_rows": kept, "full_set": 0}
+    return tensors, saved
+
+
+def _verify(tmp_path, stage_for_method, corrupt=None):
+    row = {"id": "8x40/float16", "m": 8, "n": 40, "dtype": "float16", "seed": 5}
+    tensors, saved = _fake_outputs(row, stage_for_method, sets=2, corrupt=corrupt)
+    save_file(tensors, str(tmp_path / "bench_out_0.safetensors"))
+    stats = {"median_s": 1e-5}
+    document = {"rows": [{"id": row["id"], "outputs_file": "bench_out_0.safetensors",
+                          "impls": {"student": {"event": stats, "graph": stats, "saved": saved}}}]}
+    bench.verify_rows(spec, document, tmp_path, [row], sets=2, device="cpu")
+    return document["rows"][0]["impls"]["student"]["verified"]
+
+
+def test_verification_accepts_outputs_of_the_timed_values(tmp_path):
+    verified = _verify(tmp_path, {"event": 1, "graph": 2})
+    assert verified["event"]["passed"] and verified["graph"]["passed"]
+    kept = len(bench_child.sample_row_indices(8, 4))
+    assert verified["event"]["elements_checked"] == 2 * kept * 40 + 8 * 40
+
+
+def test_verification_rejects_stale_memoised_outputs(tmp_path):
+    verified = _verify(tmp_path, {"event": 0, "graph": 0})  # outputs of the warm-up values
+    assert not verified["event"]["passed"] and not verified["graph"]["passed"]
+
+
+def test_verification_rejects_one_wrong_element(tmp_path):
+    verified = _verify(tmp_path, {"event": 1, "graph": 2}, corrupt="graph")
+    assert verified["event"]["passed"] and not verified["graph"]["passed"]
+    assert "set 1" in verified["graph"]["problems"][0]
+
+
+# ---- assembly and the JSON schema --------------------------------------------------------------
+RESULT_SCHEMA = {
+    "type": "object",
+    "required": ["schema", "headline", "summary", "baseline", "scopes", "date_utc", "gpu", "versions",
+                 "copy_bandwidth", "flags", "rows", "options"],
+    "properties": {
+        "headline": {
+            "type": "object",
+            "required": ["name", "value", "baseline", "method", "rows", "reason"],
+            "properties": {"name": {"const": "geomean_speedup_vs_baseline_graph"},
+                           "value": {"type": ["number", "null"]},
+                           "baseline": {"const": "torch_fp32_expression"},
+                           "method": {"const": "graph"}},
+        },
+        "rows": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["id", "shape", "dtype", "bytes_3_access", "bytes_5_access", "floor_s_3_access",
+                             "floor_s_5_access", "impls", "ratio_student_over_baseline", "speedup_vs_baseline",
+                             "student_bandwidth_fraction_3_access", "flags", "ranked", "scope"],
+                "properties": {
+                    "impls": {"type": "object", "required": ["student"]},
+                    "ratio_student_over_baseline": {"type": "object",
+                                                    "properties": {"event": {"type": "number"},
+                                                                   "graph": {"type": "number"}}},
+                    "flags": {"type": "array", "items": {"type": "string"}},
+                    "scope": {"type": "string", "minLength": 40},
+                },
+            },
+        },
+    },
+}
+
+
+def _stats(median):
+    return {"median_s": median, "q25_s": median * 0.99, "q75_s": median * 1.01, "mean_s": median,
+            "sem_s": median * 1e-3, "min_s": median * 0.98, "max_s": median * 1.1, "n": 50, "stop": "sem"}
+
+
+def _impl(event, graph, *, passed=True, wall_bound=None):
+    verified = {"passed": passed, "elements_checked": 10, "worst_error_over_tolerance": 0.1,
+                "problems": [] if passed else ["set 0: stale"]}
+    return {"event": _stats(event), "graph": _stats(graph), "verified": {"event": verified, "graph": verified},
+            "wall": {"cpu_call_median_s": 1e-5, "wall_median_s": 3e-5, "sync_floor_s": 1e-6,
+                     "gpu_lower_bound_median_s": wall_bound if wall_bound is not None else graph, "reps": 12},
+            "persisting_l2_limit_after": 0, "persisting_l2_limit_after_graph": 0}
+
+
+def _docs(student_graph=(100e-6, 100e-6), **student_kwargs):
+    options = bench.BenchmarkOptions(shapes=((1024, 1024), (2048, 2048)), dtypes=("float32",))
+    rows = bench.benchmark_rows(spec, options)
+    peers = {"copy_bandwidth": {"bytes_per_s": 4.0e12}, "gpu": {"name": "NVIDIA H200"},
+             "versions": {"torch": "x", "triton": "y"}, "flush_bytes": 256 << 20,
+             "rows": [{"id": r["id"], "impls": {
+                 "torch_fp32_expression": _impl(300e-6, 200e-6 * (i + 1)),
+                 "aten_softmax_backward_data": _impl(120e-6, 110e-6),
+                 "reference": _impl(90e-6, 80e-6),
+                 "torch_compile_fp32_expression": _impl(150e-6, 100e-6)}} for i, r in enumerate(rows)]}
+    student = {"rows": [{"id": r["id"], "impls": {"student": _impl(student_graph[i] * 1.2, student_graph[i], **student_kwargs)},
+                         "tampered": []} for i, r in enumerate(rows)], "tampered_after_import": []}
+    return rows, options, peers, student
+
+
+def test_assembled_result_matches_schema_and_headline():
+    rows, options, peers, student = _docs()
+    result = bench.assemble(student_doc=student, student_info={"duration_s": 100.0}, peers_doc=peers, rows=rows,
+                            options=options, sandbox="bubblewrap")
+    jsonschema.validate(json.loads(json.dumps(result)), RESULT_SCHEMA)
+    # baseline graph 200 us and 400 us over student 100 us: speedups 2 and 4, geomean sqrt(8)
+    assert result["headline"]["value"] == pytest.approx(math.sqrt(8))
+    assert result["headline"]["reason"] is None
+    row = result["rows"][0]
+    assert row["ratio_student_over_baseline"]["graph"] == pytest.approx(0.5)
+    assert row["ratio_student_over_baseline"]["event"] == pytest.approx(120e-6 / 300e-6)
+    floor = 3 * 1024 * 1024 * 4 / 4.0e12
+    assert row["floor_s_3_access"] == pytest.approx(floor)
+    assert row["student_bandwidth_fraction_3_access"]["graph"] == pytest.approx(floor / 100e-6)
+    assert row["ranked"] and row["flags"] == []
+    assert "event" in row["scope"] and "graph" in row["scope"]
+
+
+def test_stale_outputs_earn_no_score():
+    rows, options, peers, student = _docs(passed=False)
+    result = bench.assemble(student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
+    assert result["headline"]["value"] is None
+    assert "wrong or stale output" in result["headline"]["reason"]
+
+
+def test_time_under_the_floor_is_not_ranked():
+    rows, options, peers, student = _docs(student_graph=(1e-6, 100e-6))
+    result = bench.assemble(student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
+    assert result["headline"]["value"] is None
+    assert not result["rows"][0]["ranked"] and result["rows"][1]["ranked"]
+    assert any("implausible graph time" in f for f in result["rows"][0]["flags"])
+
+
+def test_side_stream_work_is_flagged_by_the_wall_clock():
+    rows, options, peers, student = _docs(wall_bound=400e-6)  # events 120 us, wall saw 400 us of GPU work
+    result = bench.assemble(student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
+    assert result["headline"]["value"] is None
+    assert any("undercuts the device-synchronised wall clock" in f for f in result["rows"][0]["flags"])
+
+
+def test_replaced_timers_or_persisting_l2_earn_no_score():
+    rows, options, peers, student = _docs()
+    student["tampered_after_import"] = ["torch.cuda.Event.elapsed_time"]
+    result = bench.assemble(student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
+    assert result["headline"]["value"] is None and "elapsed_time" in result["headline"]["reason"]
+    rows, options, peers, student = _docs()
+    student["rows"][1]["impls"]["student"]["persisting_l2_limit_after"] = 1 << 20
+    result = bench.assemble(student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
+    assert result["headline"]["value"] is None and "persisting-L2" in result["headline"]["reason"]
+
+
+def test_claimed_gpu_time_must_fit_in_the_child_wall_time():
+    rows, options, peers, student = _docs()
+    for entry in student["rows"]:
+        entry["impls"]["student"]["event"]["n"] = 10**6  # 10^6 samples of 120 us: 120 s claimed
+    result = bench.assemble(student_doc=student, student_info={"duration_s": 30.0}, peers_doc=peers, rows=rows,
+                            options=options)
+    assert result["headline"]["value"] is None and "claims" in result["headline"]["reason"]
+
+
+def test_missing_copy_bandwidth_means_no_floor_and_no_score():
+    rows, options, peers, student = _docs()
+    peers["copy_bandwidth"] = None
+    result = bench.assemble(student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
+    assert result["headline"]["value"] is None
+
+
+# ---- entry points without a GPU --------------------------------------------------------------
+@pytest.mark.skipif(CUDA, reason="this machine has a GPU")
+def test_benchmark_command_refuses_without_a_gpu(tmp_path, capsys):
+    source = tmp_path / "k.py"
+    source.write_text("def softmax_backward(y, g):\n    return y\n")
+    code = bench.main_benchmark(argparse.Namespace(path=str(source), output=str(tmp_path / "r.json"),
+                                                   assignment="softmax_backward", unsafe_no_sandbox=True))
+    assert code == bench.EXIT_NO_GPU != 0
+    err = capsys.readouterr().err
+    assert "needs a CUDA GPU" in err and " us" not in err
+    assert not (tmp_path / "r.json").exists()
+    with pytest.raises(bench.NoGPU):
+        bench.run_benchmark(tmp_path)
+
+
+def test_print_benchmark_renders_a_table():
+    from rich.console import Console
+
+    rows, options, peers, student = _docs()
+    result = bench.assemble(student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
+    console = Console(record=True, width=200)
+    bench.print_benchmark(result, console)
+    text = console.export_text()
+    assert "1024x1024/float32" in text and "headline" in text and "2.828" in text
+
+
+def test_cheat_kernels_exist_for_each_known_trick():
+    names = {p.name for p in (Path(__file__).parent / "test_benchmark_kernels").glob("*.py")}
+    assert {"memoise_outputs.py", "side_stream.py", "patch_timers.py", "persisting_l2.py"} <= names
+
+
+def test_result_is_strict_json():
+    rows, options, peers, student = _docs()
+    student["rows"][0]["impls"]["student"]["event"]["sem_s"] = float("nan")
+    result = bench.assemble(student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
+    json.dumps(result, allow_nan=False)
+    assert bench.finite_json({"a": [float("inf"), 1.0], "b": float("nan")}) == {"a": [None, 1.0], "b": None}
