@@ -60,6 +60,7 @@ class Principal:
 
     @property
     def is_instructor(self) -> bool:
+        """True for the instructor token."""
         return self.student is None
 
     @property

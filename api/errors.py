@@ -27,21 +27,18 @@ def error_response(status: int, code: str, message: str, headers: dict[str, str]
     return JSONResponse(status_code=status, content=body, headers=headers)
 
 
-async def _domain_error(_request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, DomainError)
+async def _domain_error(_request: Request, exc: DomainError) -> JSONResponse:
     headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, RateLimited) else None
     if exc.http_status == 401:
         headers = {"WWW-Authenticate": "Bearer"}
     return error_response(exc.http_status, exc.code, exc.message, headers, **exc.details)
 
 
-async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestValidationError)
+async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
     return error_response(422, "validation_error", "invalid request", errors=exc.errors())
 
 
-async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, StarletteHTTPException)
+async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
     return error_response(exc.status_code, code, str(exc.detail), exc.headers)
 
@@ -59,8 +56,8 @@ async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
 
 def install_error_handlers(app: FastAPI) -> None:
     """Map domain exceptions (and framework/database errors) to JSON error responses."""
-    app.add_exception_handler(DomainError, _domain_error)
-    app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(DomainError, _domain_error)  # type: ignore[arg-type]
+    app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
+    app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
     app.add_exception_handler(OperationalError, _database_unavailable)
     app.add_exception_handler(Exception, _unexpected)

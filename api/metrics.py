@@ -17,7 +17,7 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector, CollectorRegistry
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from submissions import repository
 from submissions.models import SubmissionStatus, utc_now
@@ -29,16 +29,16 @@ DURATION_BUCKETS_S = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
 class SubmissionsCollector(Collector):
     """Queue depth, submissions by status, gradings by verdict, grading durations, workers."""
 
-    def __init__(self, session_factory: sessionmaker[Session], *, worker_stale_after_s: float) -> None:
-        self.session_factory = session_factory
+    def __init__(self, session: Session, *, worker_stale_after_s: float) -> None:
+        self.session = session
         self.worker_stale_after_s = worker_stale_after_s
 
     def collect(self) -> Iterator[Metric]:
-        with self.session_factory() as session:
-            by_status = repository.count_submissions_by_status(session)
-            by_verdict = repository.count_gradings_by_verdict(session)
-            histogram = repository.grading_duration_histogram(session, bounds=DURATION_BUCKETS_S)
-            heartbeats = repository.list_worker_heartbeats(session)
+        session = self.session
+        by_status = repository.count_submissions_by_status(session)
+        by_verdict = repository.count_gradings_by_verdict(session)
+        histogram = repository.grading_duration_histogram(session, bounds=DURATION_BUCKETS_S)
+        heartbeats = repository.list_worker_heartbeats(session)
 
         yield GaugeMetricFamily(
             "grader_queue_depth", "Submissions waiting for a worker",
@@ -73,10 +73,9 @@ class SubmissionsCollector(Collector):
         )
 
 
-def build_registry(session_factory: sessionmaker[Session], *, worker_stale_after_s: float) -> CollectorRegistry:
-    """A registry of its own per app (so several apps can live in one test process)."""
+def build_registry(session: Session, *, worker_stale_after_s: float) -> CollectorRegistry:
+    """A registry for one scrape, reading through the request's session (no global state,
+    so several apps can live in one test process)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(
-        SubmissionsCollector(session_factory, worker_stale_after_s=worker_stale_after_s)
-    )
+    registry.register(SubmissionsCollector(session, worker_stale_after_s=worker_stale_after_s))
     return registry

@@ -50,7 +50,7 @@ class EmbeddedWorkers:
     def _spawn(index: int) -> subprocess.Popen[bytes]:
         from submissions.grading import parent_death_signal_setter
 
-        command = [sys.executable, "-m", "submissions.cli", "worker", "--embedded"]
+        command = [sys.executable, "-m", "submissions.cli", "worker"]
         logger.info("starting embedded worker %d", index)
         return subprocess.Popen(  # noqa: S603
             command, stdin=subprocess.DEVNULL,
@@ -151,7 +151,6 @@ def worker(argv: list[str]) -> int:
     parser.add_argument("--worker-id", help="default host:pid:random")
     parser.add_argument("--migrate", action="store_true",
                         help="run the migrations first (normally `grader serve` does)")
-    parser.add_argument("--embedded", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--schema-wait-s", type=float, default=60.0,
                         help="how long to wait for the schema to be migrated")
     args = parser.parse_args(argv)
@@ -200,12 +199,10 @@ def students(argv: list[str]) -> int:
     commands.add_parser("list", help="list students")
     args = parser.parse_args(argv)
 
-    from sqlalchemy import select
-
-    from submissions import service
+    from submissions import repository, service
     from submissions.db import create_session_factory, engine_from_settings
     from submissions.migrations import upgrade_to_head
-    from submissions.models import Student, utc_now
+    from submissions.models import utc_now
     from submissions.settings import get_settings
 
     settings = get_settings()
@@ -223,7 +220,7 @@ def students(argv: list[str]) -> int:
                 print(f"student {created.student.id} ({created.student.name}) created; "
                       "give them the token above (it is not stored)", file=sys.stderr)
             else:
-                for student in session.scalars(select(Student).order_by(Student.id)):
+                for student in repository.list_students(session):
                     print(f"{student.id}\t{student.name}\t{student.created_at.isoformat()}")
     finally:
         engine.dispose()

@@ -67,6 +67,11 @@ def get_student(session: Session, *, student_id: int) -> Student | None:
     return session.get(Student, student_id)
 
 
+def list_students(session: Session) -> Sequence[Student]:
+    """All students, in creation order."""
+    return session.scalars(select(Student).order_by(Student.id)).all()
+
+
 def lock_student(session: Session, *, student_id: int) -> None:
     """Serialise concurrent uploads of one student until the transaction ends.
 
@@ -388,8 +393,9 @@ def record_infrastructure_failure(
         values |= {
             "status": SubmissionStatus.ERROR,
             "error_kind": INFRASTRUCTURE_ERROR,
-            "error_message": f"grading failed for reasons outside your submission "
-            f"({attempt} attempt(s)); staff have been notified by the logs. Last reason: {reason}",
+            "error_message": f"grading broke for reasons outside your submission on each of "
+            f"{attempt} attempt(s) (infrastructure error; it does not count against your "
+            f"rate limit). Last reason: {reason}",
             "finished_at": now,
         }
     else:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy.exc import SQLAlchemyError
 
-from api.deps import SettingsDep
+from api.deps import SessionDep, SettingsDep
 from api.metrics import build_registry
 from api.schemas import Health, WorkerHealth
 from submissions import repository
@@ -19,18 +19,18 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz", response_model=Health, responses={503: {"model": Health}})
-def read_health(request: Request, settings: SettingsDep) -> Health | JSONResponse:
+def read_health(session: SessionDep, settings: SettingsDep) -> Health | JSONResponse:
     """200 when the database answers (`status` is `degraded` when no worker has sent a
     heartbeat recently); 503 when the database is unreachable."""
     cutoff = utc_now() - dt.timedelta(seconds=settings.worker_stale_after_s)
     try:
-        with request.app.state.session_factory() as session:
-            repository.ping(session)
-            queue_depth = repository.count_submissions_by_status(session).get(
-                SubmissionStatus.QUEUED, 0
-            )
-            heartbeats = repository.list_worker_heartbeats(session)
+        repository.ping(session)
+        queue_depth = repository.count_submissions_by_status(session).get(
+            SubmissionStatus.QUEUED, 0
+        )
+        heartbeats = repository.list_worker_heartbeats(session)
     except SQLAlchemyError:
+        session.rollback()
         health = Health(status="unavailable", database="unreachable", queue_depth=None, workers=[])
         return JSONResponse(status_code=503, content=health.model_dump(mode="json"))
     workers = [
@@ -45,10 +45,8 @@ def read_health(request: Request, settings: SettingsDep) -> Health | JSONRespons
 
 
 @router.get("/metrics", response_class=Response)
-def read_metrics(request: Request, settings: SettingsDep) -> Response:
+def read_metrics(session: SessionDep, settings: SettingsDep) -> Response:
     """Prometheus text format: queue depth, submissions by status, gradings by verdict,
     grading duration histogram, live workers."""
-    registry = build_registry(
-        request.app.state.session_factory, worker_stale_after_s=settings.worker_stale_after_s
-    )
+    registry = build_registry(session, worker_stale_after_s=settings.worker_stale_after_s)
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

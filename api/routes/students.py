@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, status
-from sqlalchemy import select
-
 from api.deps import InstructorOnly, SessionDep
 from api.schemas import StudentCreate, StudentCreated, StudentRead
-from submissions import service
-from submissions.models import Student, utc_now
+from submissions import repository, service
+from submissions.models import utc_now
 
 router = APIRouter(prefix="/api/v1/students", tags=["students"])
 
@@ -23,5 +21,5 @@ def create_student(body: StudentCreate, session: SessionDep, _: InstructorOnly) 
 @router.get("", response_model=list[StudentRead])
 def list_students(session: SessionDep, _: InstructorOnly) -> list[StudentRead]:
     """All students (instructor only)."""
-    students = session.scalars(select(Student).order_by(Student.id)).all()
+    students = repository.list_students(session)
     return [StudentRead(id=s.id, name=s.name, created_at=s.created_at) for s in students]

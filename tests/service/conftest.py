@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, create_engine, text
@@ -151,7 +152,6 @@ def app_factory(session_factory: sessionmaker[Session]) -> Callable[..., TestCli
 
     def build(settings: Settings) -> TestClient:
         app = create_app(settings)
-        app.state.session_factory = session_factory  # healthz and metrics
 
         def override_session() -> Iterator[Session]:
             session = session_factory()

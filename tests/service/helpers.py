@@ -157,6 +157,8 @@ def wait_until(predicate: Any, *, timeout: float = 30.0, interval: float = 0.05,
 def worker_environment(database_url: str, **settings: str) -> dict[str, str]:
     """Environment for a `python -m submissions.cli worker` child process in tests."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GRADER_")}
+    repository_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [repository_root, env.get("PYTHONPATH")]))
     env.update({
         "GRADER_DATABASE_URL": database_url,
         "GRADER_INSTRUCTOR_TOKEN": INSTRUCTOR_TOKEN,

@@ -31,7 +31,6 @@ from ..helpers import (
     worker_environment,
 )
 
-REPOSITORY_ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
@@ -119,7 +118,7 @@ def _start_worker(committed_db, worker_id: str, log_dir: Path) -> subprocess.Pop
     log = (log_dir / f"{worker_id}.log").open("wb")
     return subprocess.Popen(
         [sys.executable, "-m", "submissions.cli", "worker", "--worker-id", worker_id],
-        cwd=REPOSITORY_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log,
+        cwd=log_dir, env=env, stdout=subprocess.DEVNULL, stderr=log,
     )
 
 
