@@ -78,8 +78,8 @@ ACCESSES_TWO_PASS = 5
 IMPLAUSIBLE_FRACTION = 0.8
 # Event/wall cross-check: the event median must not undercut the device-synchronised lower bound
 # of the GPU work of the call on all streams by more than this factor and slack (jitter).
-WALL_FACTOR = 0.5
-WALL_SLACK_S = 10e-6
+WALL_FACTOR = 0.8
+WALL_SLACK_S = 5e-6
 
 SCOPES = {
     STUDENT: "one call of the submission's softmax_backward(y, g): its Python wrapper (validation, "

@@ -73,10 +73,14 @@ def _softmax_bwd_looped_kernel(
     M, N,
     stride_ym, stride_yn, stride_gm, stride_gn, stride_dxm,
     BLOCK_N: tl.constexpr, INT64: tl.constexpr, STAGES: tl.constexpr,
+    KEEP: tl.constexpr, DROP: tl.constexpr,
 ):
     """Two passes over each row in BLOCK_N chunks; programs stride over rows (persistent).
 
     STAGES > 1 software-pipelines the chunk loads (asynchronous copies into shared memory).
+    KEEP / DROP are L2 eviction policies ("evict_last" / "evict_first", or "" for none): the
+    first pass's loads ask L2 to keep the row for the second pass, whose loads and stores ask
+    to be evicted first.
     """
     pid = tl.program_id(0).to(tl.int64)  # int64 row index: scalar, costs nothing here
     nprog = tl.num_programs(0)
@@ -92,8 +96,8 @@ def _softmax_bwd_looped_kernel(
             if INT64:
                 cols = cols.to(tl.int64)
             mask = cols < N
-            y = tl.load(y_row + cols * stride_yn, mask=mask, other=0.0).to(tl.float32)
-            g = tl.load(g_row + cols * stride_gn, mask=mask, other=0.0).to(tl.float32)
+            y = tl.load(y_row + cols * stride_yn, mask=mask, other=0.0, eviction_policy=KEEP).to(tl.float32)
+            g = tl.load(g_row + cols * stride_gn, mask=mask, other=0.0, eviction_policy=KEEP).to(tl.float32)
             acc += y * g
         dot = tl.sum(acc, axis=0)
         for c in tl.range(0, n_chunks, num_stages=STAGES):
@@ -101,9 +105,10 @@ def _softmax_bwd_looped_kernel(
             if INT64:
                 cols = cols.to(tl.int64)
             mask = cols < N
-            y = tl.load(y_row + cols * stride_yn, mask=mask, other=0.0).to(tl.float32)
-            g = tl.load(g_row + cols * stride_gn, mask=mask, other=0.0).to(tl.float32)
-            tl.store(dx_row + cols, (y * (g - dot)).to(dx_ptr.dtype.element_ty), mask=mask)
+            y = tl.load(y_row + cols * stride_yn, mask=mask, other=0.0, eviction_policy=DROP).to(tl.float32)
+            g = tl.load(g_row + cols * stride_gn, mask=mask, other=0.0, eviction_policy=DROP).to(tl.float32)
+            tl.store(dx_row + cols, (y * (g - dot)).to(dx_ptr.dtype.element_ty), mask=mask,
+                     eviction_policy=DROP)
 
 
 @triton.jit
@@ -112,6 +117,7 @@ def _softmax_bwd_partial_dot_kernel(
     N, n_seg,
     stride_ym, stride_yn, stride_gm, stride_gn,
     SEG: tl.constexpr, BLOCK_N: tl.constexpr, INT64: tl.constexpr, STAGES: tl.constexpr,
+    KEEP: tl.constexpr,
 ):
     """Program p = row * n_seg + seg writes sum(y*g) over columns [seg*SEG, (seg+1)*SEG)."""
     pid = tl.program_id(0)
@@ -125,8 +131,10 @@ def _softmax_bwd_partial_dot_kernel(
     for c in tl.range(0, SEG // BLOCK_N, num_stages=STAGES):
         cols = seg * SEG + c * BLOCK_N + offs
         mask = cols < N
-        y = tl.load(y_ptr + row * stride_ym + cols * stride_yn, mask=mask, other=0.0).to(tl.float32)
-        g = tl.load(g_ptr + row * stride_gm + cols * stride_gn, mask=mask, other=0.0).to(tl.float32)
+        y = tl.load(y_ptr + row * stride_ym + cols * stride_yn, mask=mask, other=0.0,
+                    eviction_policy=KEEP).to(tl.float32)
+        g = tl.load(g_ptr + row * stride_gm + cols * stride_gn, mask=mask, other=0.0,
+                    eviction_policy=KEEP).to(tl.float32)
         acc += y * g
     tl.store(part_ptr + pid, tl.sum(acc, axis=0))
 
@@ -137,7 +145,7 @@ def _softmax_bwd_split_out_kernel(
     N, n_seg, n_prog,
     stride_ym, stride_yn, stride_gm, stride_gn, stride_dxm,
     SEG: tl.constexpr, BLOCK_N: tl.constexpr, SEG_P2: tl.constexpr, INT64: tl.constexpr,
-    STAGES: tl.constexpr,
+    STAGES: tl.constexpr, DROP: tl.constexpr,
 ):
     """Writes dx for one (row, segment); visits them in the reverse of kernel 1's order."""
     pid = n_prog - 1 - tl.program_id(0)
@@ -153,26 +161,40 @@ def _softmax_bwd_split_out_kernel(
     for c in tl.range(0, SEG // BLOCK_N, num_stages=STAGES):
         cols = seg * SEG + (SEG // BLOCK_N - 1 - c) * BLOCK_N + offs
         mask = cols < N
-        y = tl.load(y_ptr + row * stride_ym + cols * stride_yn, mask=mask, other=0.0).to(tl.float32)
-        g = tl.load(g_ptr + row * stride_gm + cols * stride_gn, mask=mask, other=0.0).to(tl.float32)
+        y = tl.load(y_ptr + row * stride_ym + cols * stride_yn, mask=mask, other=0.0,
+                    eviction_policy=DROP).to(tl.float32)
+        g = tl.load(g_ptr + row * stride_gm + cols * stride_gn, mask=mask, other=0.0,
+                    eviction_policy=DROP).to(tl.float32)
         tl.store(dx_ptr + row * stride_dxm + cols, (y * (g - dot)).to(dx_ptr.dtype.element_ty),
-                 mask=mask)
+                 mask=mask, eviction_policy=DROP)
 
 
 # --------------------------------------------------------------------------------------
-# Launch heuristics. GPU numbers were tuned on an NVIDIA H200 (see docs/benchmarks.md).
-# Each entry: (max BLOCK_N, elements per program tile, num_warps) for the one-pass kernel.
+# Launch heuristics, from sweeps on an NVIDIA H200 (scripts/gpu_bench.py, docs/benchmarks.md).
+# Rows up to 16384 long: the one-pass kernel. Each entry: (max BLOCK_N, elements per program
+# tile, num_warps); ROWS = tile // BLOCK_N whole rows per program.
 _GPU_ROWS_TABLE = (
     # max_block_n, tile_elems, num_warps
-    (256, 4096, 4),
-    (1024, 8192, 8),
-    (4096, 8192, 8),
-    (8192, 8192, 16),
+    (256, 2048, 4),
+    (1024, 4096, 4),
+    (4096, 4096, 4),
+    (8192, 8192, 8),
     (16384, 16384, 16),
 )
-_GPU_LOOP_BLOCK = {4: 4096, 2: 8192}  # element size (bytes) -> chunk length of long rows
-_GPU_LOOP_WARPS = 16
-_GPU_SPLIT_SEG = 16384  # columns per program in the split-row kernels
+# Longer rows: a plan per (element size in bytes, row-length bucket 32768 or 131072 = longer).
+# "grid_per_sm" sizes the persistent grid of the looped kernel; "EVICT" turns on the L2
+# eviction hints (keep the row for the second pass). The sweep that chose these is in
+# docs/benchmarks/ (BEGIN/END TUNED is rewritten by `scripts/gpu_bench.py --tune`).
+# BEGIN TUNED
+_GPU_LONG_PLANS = {
+    (4, 32768): {"kind": "rows", "ROWS": 1, "BLOCK_N": 32768, "num_warps": 32},
+    (2, 32768): {"kind": "rows", "ROWS": 1, "BLOCK_N": 32768, "num_warps": 32},
+    (4, 131072): {"kind": "looped", "BLOCK_N": 8192, "num_warps": 16, "STAGES": 3, "EVICT": True, "grid_per_sm": 2},
+    (2, 131072): {"kind": "looped", "BLOCK_N": 8192, "num_warps": 16, "STAGES": 3, "EVICT": True, "grid_per_sm": 2},
+}
+# END TUNED
+# Few long rows (fewer than the GPU has multiprocessors): split each row over programs.
+_GPU_SPLIT_PLAN = {"kind": "split", "SEG": 8192, "BLOCK_N": 4096, "num_warps": 8, "STAGES": 3, "EVICT": True}
 _INTERP_TILE = 1 << 18  # elements per program under the CPU interpreter (numpy blocks)
 
 
@@ -198,13 +220,16 @@ def _plan(m: int, n: int, elem_size: int, device: torch.device) -> dict:
         if block_n <= max_block:
             rows = min(max(1, tile // block_n), triton.next_power_of_2(m))
             return {"kind": "rows", "ROWS": rows, "BLOCK_N": block_n, "num_warps": warps}
-    chunk = _GPU_LOOP_BLOCK.get(elem_size, 4096)
     sms = _sm_count(device)
-    if m >= 2 * sms:
-        return {"kind": "looped", "BLOCK_N": chunk, "num_warps": _GPU_LOOP_WARPS,
-                "grid": min(m, sms * 2)}
-    return {"kind": "split", "SEG": _GPU_SPLIT_SEG, "BLOCK_N": chunk,
-            "num_warps": _GPU_LOOP_WARPS}
+    if m < sms:
+        return dict(_GPU_SPLIT_PLAN)
+    bucket = 32768 if block_n <= 32768 else 131072
+    plan = dict(_GPU_LONG_PLANS.get((elem_size, bucket)) or _GPU_LONG_PLANS[(4, bucket)])
+    if plan["kind"] == "rows":
+        plan["BLOCK_N"] = block_n
+    if plan["kind"] == "looped":
+        plan["grid"] = min(m, sms * plan.pop("grid_per_sm", 2))
+    return plan
 
 
 def _validate(y: object, g: object) -> None:
@@ -250,6 +275,7 @@ def _launch(y: torch.Tensor, g: torch.Tensor, dx: torch.Tensor, plan: dict) -> N
     m, n = y.shape
     int64 = _needs_int64(y) or _needs_int64(g) or _needs_int64(dx)
     strides = (y.stride(0), y.stride(1), g.stride(0), g.stride(1))
+    keep, drop = ("evict_last", "evict_first") if plan.get("EVICT") else ("", "")
     if plan["kind"] == "rows":
         grid = (triton.cdiv(m, plan["ROWS"]),)
         _softmax_bwd_rows_kernel[grid](
@@ -259,7 +285,7 @@ def _launch(y: torch.Tensor, g: torch.Tensor, dx: torch.Tensor, plan: dict) -> N
         _softmax_bwd_looped_kernel[(plan["grid"],)](
             y, g, dx, m, n, *strides, dx.stride(0),
             BLOCK_N=plan["BLOCK_N"], INT64=int64, STAGES=plan.get("STAGES", 1),
-            num_warps=plan["num_warps"])
+            KEEP=keep, DROP=drop, num_warps=plan["num_warps"])
     else:
         seg = min(plan["SEG"], triton.next_power_of_2(n))
         block_n = min(plan["BLOCK_N"], seg)
@@ -268,9 +294,9 @@ def _launch(y: torch.Tensor, g: torch.Tensor, dx: torch.Tensor, plan: dict) -> N
         part = torch.empty(n_prog, dtype=torch.float32, device=y.device)
         _softmax_bwd_partial_dot_kernel[(n_prog,)](
             y, g, part, n, n_seg, *strides,
-            SEG=seg, BLOCK_N=block_n, INT64=int64, STAGES=plan.get("STAGES", 1),
+            SEG=seg, BLOCK_N=block_n, INT64=int64, STAGES=plan.get("STAGES", 1), KEEP=keep,
             num_warps=plan["num_warps"])
         _softmax_bwd_split_out_kernel[(n_prog,)](
             y, g, dx, part, n, n_seg, n_prog, *strides, dx.stride(0),
             SEG=seg, BLOCK_N=block_n, SEG_P2=triton.next_power_of_2(n_seg), INT64=int64,
-            STAGES=plan.get("STAGES", 1), num_warps=plan["num_warps"])
+            STAGES=plan.get("STAGES", 1), DROP=drop, num_warps=plan["num_warps"])

@@ -68,6 +68,7 @@ def test_implausible_time_flag():
 def test_event_wall_cross_check():
     assert bench.event_undercuts_wall(2e-6, 60e-6)  # side-stream work: events saw nothing
     assert not bench.event_undercuts_wall(55e-6, 60e-6)
+    assert bench.event_undercuts_wall(55e-6, 80e-6)  # a side stream seen as host launch time
     assert not bench.event_undercuts_wall(5e-6, 12e-6)  # within the jitter slack
 
 

@@ -62,9 +62,12 @@ def _cudart():
 def softmax_backward(y, g):
     if y.device.type == "cuda":
         try:
-            props = torch.cuda.get_device_properties(y.device)
-            size = int(getattr(props, "persisting_l2_cache_max_size", 0) or props.L2_cache_size * 3 // 4)
-            _cudart().cudaDeviceSetLimit(ctypes.c_int(0x06), ctypes.c_size_t(size))
+            lib = _cudart()
+            size = ctypes.c_int(0)
+            # cudaDevAttrMaxPersistingL2CacheSize = 108
+            lib.cudaDeviceGetAttribute(ctypes.byref(size), ctypes.c_int(108), ctypes.c_int(y.device.index or 0))
+            if lib.cudaDeviceSetLimit(ctypes.c_int(0x06), ctypes.c_size_t(size.value)) != 0:
+                lib.cudaGetLastError()  # clear the error so that torch does not see it
         except Exception:  # noqa: BLE001
             pass
     return _compute(y, g)
