@@ -187,10 +187,10 @@ _GPU_ROWS_TABLE = (
 # docs/benchmarks/ (BEGIN/END TUNED is rewritten by `scripts/gpu_bench.py --tune`).
 # BEGIN TUNED
 _GPU_LONG_PLANS = {
-    (4, 32768): {"kind": "rows", "ROWS": 1, "BLOCK_N": 32768, "num_warps": 32},
-    (2, 32768): {"kind": "rows", "ROWS": 1, "BLOCK_N": 32768, "num_warps": 32},
-    (4, 131072): {"kind": "looped", "BLOCK_N": 8192, "num_warps": 16, "STAGES": 3, "EVICT": True, "grid_per_sm": 2},
-    (2, 131072): {"kind": "looped", "BLOCK_N": 8192, "num_warps": 16, "STAGES": 3, "EVICT": True, "grid_per_sm": 2},
+    (4, 32768): {'kind': 'looped', 'BLOCK_N': 4096, 'num_warps': 16, 'STAGES': 1, 'EVICT': True, 'grid_per_sm': 1},
+    (2, 32768): {'kind': 'rows', 'ROWS': 1, 'BLOCK_N': 32768, 'num_warps': 32},
+    (4, 131072): {'kind': 'looped', 'BLOCK_N': 8192, 'num_warps': 16, 'STAGES': 3, 'EVICT': True, 'grid_per_sm': 2},
+    (2, 131072): {'kind': 'looped', 'BLOCK_N': 8192, 'num_warps': 16, 'STAGES': 3, 'EVICT': True, 'grid_per_sm': 2},
 }
 # END TUNED
 # Few long rows (fewer than the GPU has multiprocessors): split each row over programs.
