@@ -278,6 +278,11 @@ def grade_source(
         oracle_started = time.monotonic()
         evidence_calls = _read_evidence(module, plan, workdir)
         error = _child_error(outcome, workdir, settings) or _call_level_error(evidence_calls)
+        durations = [float(e.report.get("duration_s") or 0.0) for e in evidence_calls.values() if e.report]
+        # Time inside the submission's calls (Triton JIT compilation of each new specialisation
+        # included); the rest of the child's time is Python, torch and input start-up.
+        document["timings_s"]["calls"] = sum(durations)
+        document["timings_s"]["slowest_call"] = max(durations, default=0.0)
         evidence = module.CheckEvidence(calls=evidence_calls, bank=plan.bank)
         results: list[CheckResult] = []
         finished_steps = {index for index in range(len(plan.checks)) if (workdir / f"step_{index}.json").exists()}
