@@ -128,6 +128,13 @@ def _child_error(outcome: ChildOutcome, workdir: Path, settings: GraderSettings)
     if outcome.output_exceeded:
         return {"kind": "resource_limit", "message": f"printed more than {settings.output_kill_bytes / 2**20:.3g} MiB of output{during}"}
     done_path = workdir / "done.json"
+    if not (workdir / "progress.log").exists():
+        # The harness writes progress.log before it imports the submission, so no submission
+        # code ran: the sandbox or the child's Python/CUDA start-up failed. Our fault.
+        raise InfrastructureError(
+            f"the sandboxed child failed before importing the submission (exit {outcome.returncode}): "
+            f"{outcome.log.text[-1500:]}"
+        )
     if not done_path.exists():
         code = outcome.returncode
         if code is not None and code < 0:

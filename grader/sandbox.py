@@ -42,7 +42,9 @@ _ETC_FILES = (
     "/etc/nsswitch.conf",
     "/etc/localtime",
 )
-_GPU_PATHS = ("/usr/local/nvidia", "/usr/local/cuda", "/usr/lib/wsl", "/run/nvidia-persistenced")
+# Driver files outside /usr (which is bound whole); /usr/local/nvidia and /usr/local/cuda come
+# with /usr, and binding over them fails where they are symlinks (seen on the H200 machine).
+_GPU_PATHS = ("/run/nvidia-persistenced", "/usr/lib/wsl", "/opt/nvidia")
 _ENV_PASSTHROUGH = ("LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_HOME")
 
 
@@ -357,7 +359,10 @@ def _bwrap_command(
         command += ["--tmpfs", path, "--remount-ro", path]
     if device.startswith("cuda"):
         for path in _GPU_PATHS:
-            command += ["--ro-bind-try", path, path]
+            if os.path.islink(path):
+                command += ["--symlink", os.readlink(path), path]
+            elif os.path.exists(path) and not path.startswith("/usr/"):
+                command += ["--ro-bind", path, path]
         command += ["--ro-bind-try", "/sys", "/sys"]
         for name in sorted(os.listdir("/dev")):
             if name.startswith("nvidia"):
