@@ -1,0 +1,19 @@
+"""Fixtures for the grader tests: each corpus file is graded once per session, two at a time.
+
+Nothing here is autouse: tests/grader/test_benchmark*.py share this folder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from grading_support import Gradings
+
+
+@pytest.fixture(scope="session")
+def gradings() -> Iterator[Gradings]:
+    """One pool for the session; every grading submitted to it runs once."""
+    pool = Gradings()
+    yield pool
+    pool.close()

@@ -1,0 +1,151 @@
+"""The wrong-solution corpus (tests/corpus/wrong/): each file fails exactly the checks it should.
+
+Every file is a complete, plausible Triton submission with one known mistake. Its docstring
+says which checks it must fail ("Expected failed checks: ..."); the test asserts that exact
+set failed and that every other check ran and passed. A wrong file that passes a check it
+should fail is a grader weakness: those are marked xfail(strict=True) with the reason, so the
+suite stays green and turns red the day the grader catches them (then drop the mark).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from grading_support import (
+    CORPUS,
+    check,
+    expected_failed_from_docstring,
+    failed_checks,
+    passed_checks,
+    requires_bwrap,
+    summary,
+)
+
+from grader.assignments.softmax_backward import CHECK_NAMES
+
+pytestmark = requires_bwrap
+
+WRONG_DIR = CORPUS / "wrong"
+FILES = sorted(WRONG_DIR.glob("*.py"))
+
+# One file per known mistake (issue 2's list). A missing file fails test_every_mistake_has_a_file.
+MISTAKES = {
+    "sum(g) instead of sum(y*g)": "sum_g_instead_of_dot.py",
+    "reduction along the wrong axis": "wrong_axis.py",
+    "flipped sign": "flipped_sign.py",
+    "ignored strides": "ignored_strides.py",
+    "no requires_grad rejection": "no_requires_grad_check.py",
+    "fp32 output for fp16 input": "fp32_output_for_half.py",
+    "truncated long rows": "truncated_long_rows.py",
+    "output written into g": "writes_into_g.py",
+    "memoised results": "memoised_by_pointer.py",
+    "pure PyTorch": "pure_pytorch.py",
+    "all zeros": "all_zeros.py",
+    "y*g without the dot term": "missing_dot_term.py",
+    "dot accumulated in half precision (running total)": "half_precision_dot.py",
+    "dot accumulated in half precision (fp16 lanes)": "half_precision_lanes.py",
+}
+
+# Grader weaknesses: wrong files that pass a check they should fail (see the file's docstring).
+KNOWN_WEAKNESSES = {
+    "half_precision_lanes.py": (
+        "grader weakness: the fp16 tolerance is rtol 2^-10 x |y|(|g| + |dot| + sum|y*g|) "
+        "(grader/assignments/softmax_backward.py TOLERANCES / vjp_fp64 scale), which allows an error in "
+        "dot of ~2^-10 (|dot| + sum|y*g|); an fp16 dot accumulator stays inside that, so half_precision passes"
+    ),
+}
+
+# The hint that the value checks add when the output matches a common mistake.
+DIAGNOSES = {
+    "sum_g_instead_of_dot.py": "the reduction must be sum(y*g), not sum(g)",
+    "flipped_sign.py": "the sign of the subtraction is flipped",
+    "missing_dot_term.py": "the dot term is missing",
+    "wrong_axis.py": "the sum ran along dim 0",
+    "all_zeros.py": "all zeros",
+}
+
+
+def _key(path: Path) -> str:
+    return f"wrong/{path.name}"
+
+
+@pytest.fixture(scope="module")
+def wrong(gradings):
+    """Every wrong file, graded once (seed 0, CPU interpreter), two at a time."""
+    for path in FILES:
+        gradings.submit(_key(path), path)
+    return gradings
+
+
+def _param(path: Path):
+    marks = [pytest.mark.xfail(strict=True, reason=KNOWN_WEAKNESSES[path.name])] if path.name in KNOWN_WEAKNESSES else []
+    return pytest.param(path, id=path.stem, marks=marks)
+
+
+def test_every_mistake_has_a_file():
+    present = {path.name for path in FILES}
+    assert set(MISTAKES.values()) <= present, f"missing corpus files: {set(MISTAKES.values()) - present}"
+    assert present <= set(MISTAKES.values()), f"files not in the MISTAKES table: {present - set(MISTAKES.values())}"
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_docstring_names_only_real_checks(path: Path):
+    expected = expected_failed_from_docstring(path)
+    assert expected, f"{path.name} must fail at least one check"
+    assert expected <= set(CHECK_NAMES), f"unknown check names: {expected - set(CHECK_NAMES)}"
+
+
+@pytest.mark.parametrize("path", [_param(p) for p in FILES])
+def test_fails_exactly_the_expected_checks(path: Path, wrong):
+    document = wrong.result(_key(path))
+    expected = expected_failed_from_docstring(path)
+    assert document["error"] is None, summary(document)
+    assert [c["name"] for c in document["checks"]] == list(CHECK_NAMES), "every check must run, in order"
+    assert not any(c["skipped"] for c in document["checks"]), summary(document)
+    assert failed_checks(document) == expected, summary(document)
+    assert passed_checks(document) == set(CHECK_NAMES) - expected, summary(document)
+    assert document["verdict"] == "failed", summary(document)
+
+
+@pytest.mark.parametrize("name, fragment", sorted(DIAGNOSES.items()))
+def test_value_failure_names_the_mistake(name: str, fragment: str, wrong):
+    document = wrong.result(f"wrong/{name}")
+    message = check(document, "example_two_element")["message"]
+    if name == "wrong_axis.py":  # one row: the column sum is y*g itself, so look at a multi-row case
+        message = check(document, "autograd_fp32")["message"]
+    assert fragment in message, message
+
+
+def test_value_failure_message_shows_where_and_by_how_much(wrong):
+    message = check(wrong.result("wrong/sum_g_instead_of_dot.py"), "autograd_fp32")["message"]
+    for part in ("elements outside tolerance", "worst at [", "got ", "expected ", "allowed", "rtol", "Hint:"):
+        assert part in message, message
+
+
+def test_stale_memoised_result_is_reported_on_a_refill(wrong):
+    document = wrong.result("wrong/memoised_by_pointer.py")
+    assert "refill" in check(document, "fresh_results")["message"]
+    kernel = check(document, "triton_kernel")
+    assert kernel["calls_without_kernel"] == 2, kernel  # the two refills came from the cache
+
+
+def test_half_precision_dot_is_caught_on_the_long_fp16_row(wrong):
+    message = check(wrong.result("wrong/half_precision_dot.py"), "half_precision")["message"]
+    assert "(2, 65536) float16" in message, message
+
+
+def test_wrong_dtype_is_named(wrong):
+    document = wrong.result("wrong/fp32_output_for_half.py")
+    assert "dtype float32, expected float16" in check(document, "output_contract")["message"]
+    assert "keep the input dtype" in check(document, "half_precision")["message"]
+
+
+def test_writing_into_g_is_named(wrong):
+    message = check(wrong.result("wrong/writes_into_g.py"), "output_contract")["message"]
+    assert "shares memory with y or g" in message or "was modified by the call" in message, message
+
+
+def test_pure_pytorch_launches_no_kernel(wrong):
+    kernel = check(wrong.result("wrong/pure_pytorch.py"), "triton_kernel")
+    assert kernel["calls_without_kernel"] == kernel["calls"] > 0, kernel
