@@ -122,7 +122,14 @@ def _child_error(outcome: ChildOutcome, workdir: Path, settings: GraderSettings)
     where = _last_progress(workdir)
     during = f" during {where}" if where else ""
     if outcome.timed_out:
-        return {"kind": "timeout", "message": f"did not finish within {settings.child_timeout_s:g} s (still running{during})"}
+        message = f"did not finish within {settings.child_timeout_s:g} s (still running{during})"
+        if where and where.startswith("call"):
+            message += (
+                ". If that call was the first with a new row length: Triton compiles a kernel for each new "
+                "block size, and on a GPU a block holding a whole long row (e.g. 262144 elements) can take "
+                "minutes to compile; loop over long rows in chunks"
+            )
+        return {"kind": "timeout", "message": message}
     if outcome.memory_exceeded:
         return {"kind": "resource_limit", "message": f"used more than {settings.memory_limit_bytes / 2**30:.3g} GiB of host memory{during}"}
     if outcome.output_exceeded:
