@@ -32,24 +32,34 @@ class CheckResult:
 
 @dataclass(frozen=True)
 class Tolerance:
-    """Per-element tolerance ``|got - expected| <= atol + rtol * scale``.
+    """Per-element tolerance ``|got - expected| <= atol + rtol * scale + vtol * |expected|``.
 
     ``scale`` is chosen by the assignment from the terms that form each output element (for
-    the softmax VJP: |y| * (|g| + |dot| + sum|y*g|)), so the bound follows the row's own
-    magnitude: an all-zero answer cannot pass on long rows, where every element is O(1/N).
+    the softmax VJP: |y| * (|g| + |dot| + sum|y*g|)), so the arithmetic part of the bound
+    follows the row's own magnitude: an all-zero answer cannot pass on long rows, where every
+    element is O(1/N). ``vtol`` covers rounding the result to a narrow output dtype, which is
+    relative to the value itself, not to the terms that made it; keeping it out of ``rtol``
+    keeps a low-precision dot (whose error scales with the terms) visible.
 
     Attributes:
-        rtol: relative part, dimensionless.
+        rtol: relative to ``scale`` (error of fp32 arithmetic on the given inputs).
         atol: absolute floor, in output units; well below any magnitude the checks produce.
         why: where the numbers come from (shown when a check fails).
+        vtol: relative to |expected| (rounding of the stored result), default 0.
     """
 
     rtol: float
     atol: float
     why: str
+    vtol: float = 0.0
+
+    def allowed(self, expected: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        """The allowed absolute error per element (fp64 tensors of one shape)."""
+        return self.atol + self.rtol * scale + self.vtol * expected.abs()
 
     def describe(self) -> str:
-        return f"atol {self.atol:.3g} + rtol {self.rtol:.3g} x scale ({self.why})"
+        value_part = f" + vtol {self.vtol:.3g} x |expected|" if self.vtol else ""
+        return f"atol {self.atol:.3g} + rtol {self.rtol:.3g} x scale{value_part} ({self.why})"
 
 
 @dataclass
@@ -100,7 +110,7 @@ def compare(got: torch.Tensor, expected: torch.Tensor, scale: torch.Tensor, tole
         raise ValueError(f"shape {tuple(got.shape)} != expected {tuple(expected.shape)}")
     got64 = got.detach().to(torch.float64)
     err = (got64 - expected).abs()
-    allowed = tolerance.atol + tolerance.rtol * scale
+    allowed = tolerance.allowed(expected, scale)
     finite = torch.isfinite(got64)
     err = torch.where(finite, err, torch.full_like(err, float("inf")))
     ratio = err / allowed

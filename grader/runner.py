@@ -106,20 +106,23 @@ def _device_name(device: str) -> str:
     return "cpu (Triton interpreter)"
 
 
-def _last_progress(workdir: Path) -> str | None:
-    path = workdir / "progress.log"
-    if not path.exists():
+def _last_progress(outcome: ChildOutcome) -> str | None:
+    """What the child was doing last, from its progress pipe, in words."""
+    last = outcome.progress.last if outcome.progress is not None else None
+    if last is None or last == "done":
         return None
-    lines = path.read_text(errors="replace").strip().splitlines()
-    if not lines:
-        return None
-    last = lines[-1]
     return "the import of the module" if last == "import" else f"call {last.removeprefix('call ')}"
 
 
 def _child_error(outcome: ChildOutcome, workdir: Path, settings: GraderSettings) -> dict | None:
-    """The error object for a child that did not finish normally, or None if it did."""
-    where = _last_progress(workdir)
+    """The error object for a child that did not finish normally, or None if it did.
+
+    Raises:
+        InfrastructureError: the harness never started (it announces ``import`` on its
+            progress pipe before any submission code runs), so the sandbox or the child's
+            start-up failed, not the submission.
+    """
+    where = _last_progress(outcome)
     during = f" during {where}" if where else ""
     if outcome.timed_out:
         message = f"did not finish within {settings.child_timeout_s:g} s (still running{during})"
@@ -134,30 +137,24 @@ def _child_error(outcome: ChildOutcome, workdir: Path, settings: GraderSettings)
         return {"kind": "resource_limit", "message": f"used more than {settings.memory_limit_bytes / 2**30:.3g} GiB of host memory{during}"}
     if outcome.output_exceeded:
         return {"kind": "resource_limit", "message": f"printed more than {settings.output_kill_bytes / 2**20:.3g} MiB of output{during}"}
-    done_path = workdir / "done.json"
-    if not (workdir / "progress.log").exists():
-        # The harness writes progress.log before it imports the submission, so no submission
-        # code ran: the sandbox or the child's Python/CUDA start-up failed. Our fault.
+    if outcome.process_limit_hit:
+        return {"kind": "resource_limit", "message": f"tried to run more than {settings.max_processes} processes or threads{during}"}
+    if outcome.progress is None or not outcome.progress.started:
         raise InfrastructureError(
             f"the sandboxed child failed before importing the submission (exit {outcome.returncode}): "
             f"{outcome.log.text[-1500:]}"
         )
-    if not done_path.exists():
-        code = outcome.returncode
-        if code is not None and code < 0:
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = f"signal {-code}"
-            return {"kind": "crash", "message": f"the process was killed by {name}{during}"}
-        return {"kind": "exited", "message": f"the process exited with status {code}{during} (sys.exit/os._exit in the submission?)"}
-    try:
-        done = json.loads(done_path.read_text())
-    except (OSError, ValueError):
-        return {"kind": "crash", "message": "the process left an unreadable status file"}
+    finished = outcome.progress.done and outcome.returncode == 0
+    done = None
+    done_path = workdir / "done.json"
+    if done_path.exists():
+        try:
+            done = json.loads(done_path.read_text())
+        except (OSError, ValueError):
+            done = None
     phase = done.get("phase") if isinstance(done, dict) else None
     if phase == "import":
-        exc = done.get("exception", {})
+        exc = done.get("exception", {}) if isinstance(done.get("exception"), dict) else {}
         kind = {"SystemExit": "exited", "MemoryError": "resource_limit"}.get(exc.get("type"), "import")
         message = str(exc.get("message", ""))[:2000]
         return {"kind": kind, "message": f"importing the submission raised {message}", "traceback": str(exc.get("traceback", ""))[-3000:]}
@@ -165,9 +162,21 @@ def _child_error(outcome: ChildOutcome, workdir: Path, settings: GraderSettings)
         return {"kind": "missing_function", "message": f"after import, the module has no callable {done.get('missing')!r}"}
     if phase == "fatal":
         return {"kind": "crash", "message": f"a CUDA error poisoned the process{during}; later checks did not run"}
-    if phase != "done":
-        return {"kind": "crash", "message": "the process left an unexpected status file"}
-    return None
+    if finished:
+        return None
+    # The harness did not announce the end of the run on its pipe: whatever files the child
+    # left, the run did not finish.
+    if outcome.signal is not None:
+        try:
+            name = signal.Signals(outcome.signal).name
+        except ValueError:
+            name = f"signal {outcome.signal}"
+        return {"kind": "crash", "message": f"the process was killed by {name}{during}"}
+    return {
+        "kind": "exited",
+        "message": f"the process exited with status {outcome.returncode}{during} before the run finished "
+        "(sys.exit/os._exit in the submission?)",
+    }
 
 
 def _read_evidence(module, plan, workdir: Path):
@@ -282,7 +291,13 @@ def grade_source(
         document["timings_s"]["inputs"] = time.monotonic() - plan_started
         try:
             outcome = run_sandboxed(
-                harness=HARNESS, workdir=workdir, device=device, settings=settings, args=[str(workdir)], cache_dir=cache_dir
+                harness=HARNESS,
+                workdir=workdir,
+                device=device,
+                settings=settings,
+                args=[str(workdir)],
+                cache_dir=cache_dir,
+                progress=True,
             )
         except SandboxUnavailable as exc:
             raise InfrastructureError(str(exc)) from exc

@@ -76,6 +76,10 @@ class ChildOutcome:
         log: captured output.
         duration_s: wall time from start to exit, seconds.
         limits: what was enforced and how, for the result document.
+        signal: the signal that ended the child (bubblewrap reports its child's signal death
+            as exit status 128 + N; that is translated here), or None.
+        process_limit_hit: a fork or thread creation was refused by the process limit.
+        progress: lines the harness wrote to its progress pipe (when asked for).
     """
 
     returncode: int | None
@@ -85,6 +89,9 @@ class ChildOutcome:
     log: CapturedLog
     duration_s: float
     limits: dict = field(default_factory=dict)
+    signal: int | None = None
+    process_limit_hit: bool = False
+    progress: "ProgressLines | None" = None
 
 
 class _OutputCapture(threading.Thread):
@@ -127,6 +134,50 @@ class _OutputCapture(threading.Thread):
             text += f"\n[... {self.total - kept} bytes of output dropped ...]\n"
         text += self.tail.decode("utf-8", "replace")
         return CapturedLog(text=text, truncated=truncated, total_bytes=self.total)
+
+
+class ProgressLines(threading.Thread):
+    """Reads the child's progress pipe: the first line, the last line, and whether ``done`` came.
+
+    The harness writes ``import`` before any submission code runs, so ``first == "import"``
+    proves that the harness started; the submission can append lines but not remove them.
+    At most ``cap_bytes`` are parsed; the rest is drained and dropped.
+    """
+
+    def __init__(self, fd: int, cap_bytes: int = 1 << 20) -> None:
+        super().__init__(daemon=True)
+        self.fd = fd
+        self.cap_bytes = cap_bytes
+        self.first: str | None = None
+        self.last: str | None = None
+        self.done = False
+
+    def run(self) -> None:
+        buffered = b""
+        seen = 0
+        with os.fdopen(self.fd, "rb", buffering=0) as pipe:
+            while True:
+                chunk = pipe.read(65536)
+                if not chunk:
+                    break
+                if seen > self.cap_bytes:
+                    continue
+                seen += len(chunk)
+                buffered += chunk
+                *lines, buffered = buffered.split(b"\n")
+                for raw in lines:
+                    line = raw.decode("utf-8", "replace").strip()[:500]
+                    if not line:
+                        continue
+                    if self.first is None:
+                        self.first = line
+                    self.last = line
+                    if line == "done":
+                        self.done = True
+
+    @property
+    def started(self) -> bool:
+        return self.first == "import"
 
 
 class _Cgroup:
@@ -203,6 +254,17 @@ class _Cgroup:
                 return True
         return False
 
+    def process_limit_hit(self) -> bool:
+        """True when the pids controller refused a fork (``pids.events``: ``max N`` with N > 0)."""
+        for path in self.paths:
+            events = path / "pids.events"
+            if events.exists():
+                for line in events.read_text().splitlines():
+                    key, _, value = line.partition(" ")
+                    if key == "max" and value.strip() not in ("", "0"):
+                        return True
+        return False
+
     def kill_all(self) -> None:
         for path in self.paths:
             procs = path / "cgroup.procs"
@@ -260,26 +322,30 @@ def bwrap_version() -> str | None:
 
 
 def _python_paths() -> list[str]:
-    """Folders the child's Python needs: prefixes, stdlib, site-packages, include (for Triton)."""
+    """Folders the child's Python needs: the installation prefixes, the standard library,
+    site-packages and the C headers (Triton builds its launcher against them).
+
+    Deliberately not every entry of ``sys.path``: PYTHONPATH, the grader's own script folder
+    or a test runner's folders may hold files a submission must not read.
+    """
+    import site
+
+    schemes = sysconfig.get_paths()
     candidates = {
         sys.prefix,
         sys.base_prefix,
         sys.exec_prefix,
+        sys.base_exec_prefix,
         os.path.dirname(os.path.realpath(sys.executable)),
-        sysconfig.get_paths().get("stdlib", ""),
-        sysconfig.get_paths().get("include", ""),
+        *(schemes.get(key, "") for key in ("stdlib", "platstdlib", "purelib", "platlib", "include", "platinclude")),
+        *site.getsitepackages(),
     }
-    candidates.update(p for p in sys.path if p and os.path.isdir(p))
-    cwd = os.path.realpath(os.getcwd())
     kept = []
     for path in sorted({os.path.realpath(p) for p in candidates if p}):
-        if not os.path.isdir(path) or path in ("/", "/usr", "/root", "/home", "/tmp", cwd):
+        if not os.path.isdir(path) or path in ("/", "/usr", "/root", "/home", "/tmp", "/opt"):
             continue
-        # Never bind the project checkout itself (it holds the reference solution, .env, var/).
-        if any(os.path.isdir(os.path.join(path, pkg, "assignments")) for pkg in ("grader",)) and not path.endswith(
-            "site-packages"
-        ):
-            continue
+        if path.startswith("/usr/"):
+            continue  # bound with /usr
         kept.append(path)
     # Drop paths already inside another kept path.
     return [p for p in kept if not any(p != q and p.startswith(q + os.sep) for q in kept)]
@@ -383,6 +449,7 @@ def run_sandboxed(
     settings: GraderSettings,
     args: list[str],
     cache_dir: Path | None = None,
+    progress: bool = False,
 ) -> ChildOutcome:
     """Run ``python -I harness args...`` as the untrusted child and wait for it.
 
@@ -393,6 +460,8 @@ def run_sandboxed(
         device: ``"cpu"`` (sets TRITON_INTERPRET=1 in the child only) or ``"cuda"``.
         settings: limits and sandbox choice.
         args: arguments for the harness.
+        progress: open a pipe for the harness's progress lines and append its file
+            descriptor number to ``args`` (see ProgressLines).
         cache_dir: the submission's own Triton cache folder, bound read-write, so the check run
             and the benchmark run of one grading compile each kernel once. Never shared between
             submissions (a shared cache could be poisoned). None: a fresh one in the child's /tmp.
@@ -406,6 +475,10 @@ def run_sandboxed(
     home = "/tmp"
     python = sys.executable
     use_bwrap = settings.sandbox == "bwrap"
+    progress_read = progress_write = None
+    if progress:
+        progress_read, progress_write = os.pipe()
+        args = [*args, str(progress_write)]
     if use_bwrap:
         command = _bwrap_command(
             python=python, harness=harness, workdir=workdir, device=device, settings=settings, args=args, cache_dir=cache_dir
@@ -443,7 +516,8 @@ def run_sandboxed(
         limits["enforced_by"].append(cgroup.kind)
     else:
         limits["enforced_by"].append("rlimit" + (" AS" if device == "cpu" else "") + " NPROC")
-    limits["enforced_by"].append("rss-watchdog")
+    if cgroup is None or not cgroup.limits_memory:
+        limits["enforced_by"].append("rss-watchdog")
 
     started = time.monotonic()
     try:
@@ -457,11 +531,20 @@ def run_sandboxed(
             start_new_session=True,
             preexec_fn=limit_child,
             close_fds=True,
+            pass_fds=(progress_write,) if progress_write is not None else (),
         )
     except OSError as exc:
         if cgroup is not None:
             cgroup.remove()
+        for fd in (progress_read, progress_write):
+            if fd is not None:
+                os.close(fd)
         raise SandboxUnavailable(f"could not start the sandboxed child: {exc}") from exc
+    progress_lines = None
+    if progress_write is not None:
+        os.close(progress_write)  # the child holds the only write end now
+        progress_lines = ProgressLines(progress_read)
+        progress_lines.start()
 
     killed_for: list[str] = []
 
@@ -499,7 +582,10 @@ def run_sandboxed(
                 return
 
     watchdog = threading.Thread(target=watch_memory, daemon=True)
-    watchdog.start()
+    if cgroup is None or not cgroup.limits_memory:
+        # Without a memory cgroup; resident sets of forked copies share pages, so this
+        # over-counts a fork bomb, which the process limit stops first.
+        watchdog.start()
     try:
         process.wait(timeout=settings.child_timeout_s)
     except subprocess.TimeoutExpired:
@@ -507,12 +593,20 @@ def run_sandboxed(
         process.wait()
     watchdog_stop.set()
     capture.join(timeout=10)
+    if progress_lines is not None:
+        progress_lines.join(timeout=10)
     duration = time.monotonic() - started
     oom = cgroup.oom_killed() if cgroup is not None else False
+    pids_hit = cgroup.process_limit_hit() if cgroup is not None else False
     if cgroup is not None:
         cgroup.remove()
     returncode = process.returncode
-    memory_exceeded = "memory" in killed_for or (oom and returncode is not None and returncode < 0)
+    signal_number = None
+    if returncode is not None and returncode < 0:
+        signal_number = -returncode
+    elif use_bwrap and returncode is not None and returncode > 128:
+        signal_number = returncode - 128  # bubblewrap's PID 1 reports a signal death as 128 + N
+    memory_exceeded = "memory" in killed_for or (oom and signal_number is not None)
     return ChildOutcome(
         returncode=returncode,
         timed_out="timeout" in killed_for,
@@ -521,4 +615,7 @@ def run_sandboxed(
         log=capture.result(),
         duration_s=duration,
         limits=limits,
+        signal=signal_number,
+        process_limit_hit=pids_hit,
+        progress=progress_lines,
     )

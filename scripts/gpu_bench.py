@@ -128,7 +128,7 @@ def run_sweep(out_dir: Path, budget: float) -> dict:
                     rows_kept = bench_child.sample_row_indices(m, 16)
                     idx = torch.tensor(rows_kept, device="cuda")
                     exp, scale = spec.vjp_fp64(sets[0][0].index_select(0, idx), sets[0][1].index_select(0, idx))
-                    err = (out.index_select(0, idx).double() - exp).abs() / (spec.TOLERANCES[dtype].atol + spec.TOLERANCES[dtype].rtol * scale)
+                    err = (out.index_select(0, idx).double() - exp).abs() / spec.TOLERANCES[dtype].allowed(exp, scale)
                     variant["worst_err_over_tol"] = float(err.max())
                     stats, _ = timer.graph(call, 2)
                     timer._keep = None
@@ -201,7 +201,7 @@ def run_tune(out_dir: Path, budget: float) -> dict:
                 exp, scale = spec.vjp_fp64(sets[0][0].index_select(0, idx), sets[0][1].index_select(0, idx))
                 tol = spec.TOLERANCES[dtype]
                 variant["worst_err_over_tol"] = float(((out.index_select(0, idx).double() - exp).abs()
-                                                       / (tol.atol + tol.rtol * scale)).max())
+                                                       / tol.allowed(exp, scale)).max())
                 stats, _ = timer.graph(call, 2)
                 timer._keep = None
                 variant["graph_median_s"] = stats["median_s"]

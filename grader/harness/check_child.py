@@ -11,15 +11,19 @@ Protocol (all paths inside WORKDIR, which the parent binds read-write):
 - ``plan.json``      written by the parent: function name, device, and a list of steps, each a
                      list of calls. A call names its y and g as strided views (size, stride,
                      storage offset) of flat base buffers in ``inputs.safetensors``.
-- ``progress.log``   appended by this harness, one line per call *before* the call is made, so
-                     the parent can say which call was running when the process died.
 - ``step_<i>.json``  per-call reports of step i (status, exception type and message, output
                      metadata, number of Triton kernel launches).
 - ``step_<i>.safetensors``  outputs of step i and the input base buffers as they were after
                      each call (the parent compares them bitwise with what it sent).
 - ``done.json``      written last; its absence means the process died or was killed.
 
-Usage: python check_child.py WORKDIR
+Progress goes to a pipe the parent holds open (file descriptor PROGRESS_FD), one line per
+event: ``import`` before the submission is imported, ``call <id>`` before each call and
+``done`` at the end. What was written to a pipe cannot be taken back, so a submission that
+deletes files or forges reports cannot make the parent believe the harness never started, or
+that a run finished that did not.
+
+Usage: python check_child.py WORKDIR PROGRESS_FD
 """
 
 from __future__ import annotations
@@ -79,7 +83,20 @@ def _write_json(path: str, document: object) -> None:
         handle.write(_json_dumps(document))
 
 
-def main(workdir: str) -> int:
+class Progress:
+    """Line-oriented writes to the parent's progress pipe; write errors are ignored."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def write(self, line: str) -> None:
+        try:
+            os.write(self.fd, (line + "\n").encode())
+        except OSError:
+            pass
+
+
+def main(workdir: str, progress_fd: int) -> int:
     import torch
     from safetensors.torch import load_file, save_file
 
@@ -87,7 +104,7 @@ def main(workdir: str) -> int:
         plan = json.load(handle)
     device = plan["device"]
     other_device = plan["other_device"]
-    progress = _open(os.path.join(workdir, "progress.log"), "a", encoding="utf-8", buffering=1)
+    progress = Progress(progress_fd)
 
     def synchronize() -> None:
         if device.startswith("cuda"):
@@ -105,7 +122,7 @@ def main(workdir: str) -> int:
     counter = LaunchCounter()
     counter.install()
 
-    progress.write("import\n")
+    progress.write("import")
     sys.path.insert(0, workdir)
     try:
         import importlib.util
@@ -170,7 +187,7 @@ def main(workdir: str) -> int:
                         y.copy_(torch.as_strided(bases[fill["y"]], call["y"]["size"], fill["y_stride"], 0))
                         g.copy_(torch.as_strided(bases[fill["g"]], call["g"]["size"], fill["g_stride"], 0))
                     synchronize()
-                progress.write(f"call {call_id}\n")
+                progress.write(f"call {call_id}")
                 launches_before = counter.count
                 started = _perf_counter()
                 report: dict = {"id": call_id}
@@ -225,8 +242,9 @@ def main(workdir: str) -> int:
             _write_json(os.path.join(workdir, "done.json"), {"phase": "fatal", "step": step_index})
             return 0
     _write_json(os.path.join(workdir, "done.json"), {"phase": "done"})
+    progress.write("done")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(sys.argv[1], int(sys.argv[2])))
