@@ -5,11 +5,7 @@ each of the BLOCK lanes sums its N/BLOCK products in fp16 before the final reduc
 assignment asks for an fp32 reduction ("convert both to FP32 before multiplying; reduce their
 product once"). fp32 and bf16 inputs use an fp32 accumulator and are right.
 
-Known grader weakness at the time of writing: the fp16 tolerance is 2^-10 x |y| (|g| + |dot|
-+ sum|y*g|), which allows an error in dot of ~2^-10 (|dot| + sum|y*g|), more than fp16 lane
-accumulation makes; see KNOWN_WEAKNESSES in tests/grader/test_corpus_wrong.py.
-
-Expected failed checks: half_precision
+Expected failed checks: half_precision, strided_inputs
 """
 import torch
 import triton
