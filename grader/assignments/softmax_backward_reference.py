@@ -171,23 +171,36 @@ def _softmax_bwd_split_out_kernel(
 
 # --------------------------------------------------------------------------------------
 # Launch heuristics, from sweeps on an NVIDIA H200 (scripts/gpu_bench.py, docs/benchmarks.md).
-# Rows up to 16384 long: the one-pass kernel. Each entry: (max BLOCK_N, elements per program
-# tile, num_warps); ROWS = tile // BLOCK_N whole rows per program.
-_GPU_ROWS_TABLE = (
+# Rows up to 16384 long: the one-pass kernel. A table per element size in bytes; each entry:
+# (max BLOCK_N, elements per program tile, num_warps); ROWS = tile // BLOCK_N whole rows per
+# program. 2-byte inputs run the same tiles with 8 warps where the 2026-11-29 tuning call
+# (scripts/tune_reference.py) measured them 1.5 to 2.5% faster (65536x256, 4096x4096).
+_GPU_ROWS_TABLE = {
     # max_block_n, tile_elems, num_warps
-    (256, 2048, 4),
-    (1024, 4096, 4),
-    (4096, 4096, 4),
-    (8192, 8192, 8),
-    (16384, 16384, 16),
-)
+    4: (
+        (256, 2048, 4),
+        (1024, 4096, 4),
+        (4096, 4096, 4),
+        (8192, 8192, 8),
+        (16384, 16384, 16),
+    ),
+    2: (
+        (256, 2048, 8),
+        (1024, 4096, 4),
+        (4096, 4096, 8),
+        (8192, 8192, 8),
+        (16384, 16384, 16),
+    ),
+}
 # Longer rows: a plan per (element size in bytes, row-length bucket 32768 or 131072 = longer).
 # "grid_per_sm" sizes the persistent grid of the looped kernel; "EVICT" turns on the L2
 # eviction hints (keep the row for the second pass). The sweep that chose these is in
-# docs/benchmarks/ (BEGIN/END TUNED is rewritten by `scripts/gpu_bench.py --tune`).
+# docs/benchmarks/ (BEGIN/END TUNED is rewritten by `scripts/gpu_bench.py --tune`). The fp32
+# 32768 entry (chunks of 8192 over 32 warps) comes from scripts/tune_reference.py (2026-11-29),
+# a plan the --tune sweep does not try.
 # BEGIN TUNED
 _GPU_LONG_PLANS = {
-    (4, 32768): {'kind': 'looped', 'BLOCK_N': 4096, 'num_warps': 16, 'STAGES': 1, 'EVICT': True, 'grid_per_sm': 1},
+    (4, 32768): {'kind': 'looped', 'BLOCK_N': 8192, 'num_warps': 32, 'STAGES': 1, 'EVICT': True, 'grid_per_sm': 1},
     (2, 32768): {'kind': 'rows', 'ROWS': 1, 'BLOCK_N': 32768, 'num_warps': 32},
     (4, 131072): {'kind': 'looped', 'BLOCK_N': 8192, 'num_warps': 16, 'STAGES': 3, 'EVICT': True, 'grid_per_sm': 2},
     (2, 131072): {'kind': 'looped', 'BLOCK_N': 8192, 'num_warps': 16, 'STAGES': 3, 'EVICT': True, 'grid_per_sm': 2},
@@ -216,7 +229,7 @@ def _plan(m: int, n: int, elem_size: int, device: torch.device) -> dict:
             return {"kind": "rows", "ROWS": rows, "BLOCK_N": block_n, "num_warps": 4}
         seg = _INTERP_TILE
         return {"kind": "split", "SEG": seg, "BLOCK_N": seg, "num_warps": 4}
-    for max_block, tile, warps in _GPU_ROWS_TABLE:
+    for max_block, tile, warps in _GPU_ROWS_TABLE.get(elem_size, _GPU_ROWS_TABLE[4]):
         if block_n <= max_block:
             rows = min(max(1, tile // block_n), triton.next_power_of_2(m))
             return {"kind": "rows", "ROWS": rows, "BLOCK_N": block_n, "num_warps": warps}
