@@ -236,7 +236,8 @@ def run_full(out_dir: Path, runs: int, budget: float) -> list[dict]:
     from grader.benchmark import BenchmarkOptions, run_benchmark
     from grader.settings import GraderSettings
 
-    settings = GraderSettings(sandbox="unsafe-none", work_root=WORK)
+    # Sandboxed when the caller provides bubblewrap (GRADER_SANDBOX=bwrap), as in production.
+    settings = GraderSettings(sandbox=os.environ.get("GRADER_SANDBOX", "unsafe-none"), work_root=WORK)
     Path(settings.work_root).mkdir(parents=True, exist_ok=True)
     options = BenchmarkOptions(budget_s=budget, peers_cache_s=0)
     results = []
@@ -258,7 +259,8 @@ def run_cheats(out_dir: Path, peers_result: dict | None, budget: float, include_
     from grader.benchmark import BenchmarkOptions, benchmark_file, run_peers
     from grader.settings import GraderSettings
 
-    settings = GraderSettings(sandbox="unsafe-none", work_root=WORK)
+    # Sandboxed when the caller provides bubblewrap (GRADER_SANDBOX=bwrap), as in production.
+    settings = GraderSettings(sandbox=os.environ.get("GRADER_SANDBOX", "unsafe-none"), work_root=WORK)
     Path(settings.work_root).mkdir(parents=True, exist_ok=True)
     options = BenchmarkOptions(budget_s=budget, peers_cache_s=0, shapes=((65536, 256), (1024, 32768)), dtypes=("float16",),
                                compile_peer=False, save_full=True)
