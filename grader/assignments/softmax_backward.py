@@ -358,6 +358,17 @@ def _diagnose(got: torch.Tensor, y: torch.Tensor, g: torch.Tensor, tolerance: To
     return ""
 
 
+def _single_output(check: PlannedCheck, call: PlannedCall, evidence: CheckEvidence) -> tuple[torch.Tensor | None, CheckResult | None]:
+    """The output of ``call`` if it returned one of the right shape, else the failing result."""
+    got = evidence.calls.get(call.id)
+    problem = _describe_failure(got.report if got else None, call)
+    if problem is None and (got.out is None or tuple(got.out.shape) != call.y.size):
+        problem = f"{call.label}: no output of shape {call.y.size} could be read back"
+    if problem is not None:
+        return None, CheckResult(check.name, False, f"{problem}. Hint: {HINTS[check.name]}")
+    return got.out, None
+
+
 def _evaluate_values(check: PlannedCheck, evidence: CheckEvidence, *, diagnose: bool = False) -> CheckResult:
     """Shared evaluation: every round of every call must return the oracle's values."""
     failures: list[str] = []
@@ -458,12 +469,11 @@ def _check_central_difference(plan: Plan) -> PlannedCheck:
         )
         worst = 0.0
         for call in check.calls:
-            got = evidence.calls.get(call.id)
-            problem = _describe_failure(got.report if got else None, call)
-            if problem or got.out is None or tuple(got.out.shape) != call.y.size:
-                return CheckResult(check.name, False, (problem or f"{call.label}: bad output shape") + f". Hint: {HINTS[check.name]}")
+            out, failure = _single_output(check, call, evidence)
+            if failure is not None:
+                return failure
             for row, col, slope in call.extra["points"]:
-                value = float(got.out[row, col].double())
+                value = float(out[row, col].double())
                 allowed = tolerance.atol + tolerance.rtol * float(call.scale[0][row, col])
                 err = abs(value - slope)
                 worst = max(worst, err / allowed)
@@ -491,13 +501,12 @@ def _check_row_sum_invariant(plan: Plan, rows: int) -> PlannedCheck:
         tolerance = TOLERANCES[torch.float32]
         worst = 0.0
         for call in check.calls:
-            got = evidence.calls.get(call.id)
-            problem = _describe_failure(got.report if got else None, call)
-            if problem or got.out is None or tuple(got.out.shape) != call.y.size:
-                return CheckResult(check.name, False, (problem or f"{call.label}: bad output shape") + f". Hint: {HINTS[check.name]}")
+            out, failure = _single_output(check, call, evidence)
+            if failure is not None:
+                return failure
             # Exact sum for the fp32 y given: dot * (1 - sum(y)), ~0. Allowed: the sum of the
             # per-element bounds of the row (each element may be off by atol + rtol*scale).
-            row_sums = got.out.double().sum(dim=-1)
+            row_sums = out.double().sum(dim=-1)
             expected = call.expected[0].sum(dim=-1)
             allowed = tolerance.atol * call.y.size[1] + tolerance.rtol * call.scale[0].sum(dim=-1)
             ratio = ((row_sums - expected).abs() / allowed).nan_to_num(nan=math.inf)
