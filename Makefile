@@ -21,6 +21,7 @@ $(STAMP): pyproject.toml | $(PY)
 install: $(STAMP)
 
 serve: $(STAMP)
+	@command -v bwrap >/dev/null 2>&1 || echo "WARNING: bubblewrap (bwrap) is not installed, so every grading will end as an infrastructure error. Install it (apt-get install bubblewrap), or on a single-user machine run GRADER_SANDBOX=unsafe-none make serve." >&2
 	$(VENV)/bin/grader serve
 
 test: $(STAMP)
