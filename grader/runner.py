@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import importlib.metadata
 import json
-import os
 import platform
 import shutil
 import signal
