@@ -159,38 +159,12 @@ class Worker:
                 logger.warning(
                     "submission %s: infrastructure failure: %s", job.submission_id, failure.reason
                 )
-                self._record(
-                    job,
-                    lambda session: repository.record_infrastructure_failure(
-                        session,
-                        submission_id=job.submission_id,
-                        lease_token=job.lease_token,
-                        reason=failure.reason,
-                        attempt=job.attempt,
-                        max_attempts=self.settings.max_attempts,
-                        exit_code=failure.exit_code,
-                        grader_stderr=failure.grader_stderr,
-                        duration_s=failure.duration_s,
-                        now=utc_now(),
-                    ),
-                )
+                self._record_infrastructure_failure(job, failure)
                 return
             except Exception as exc:  # noqa: BLE001 - a bug here must not lose the job
                 logger.exception("submission %s: worker error", job.submission_id)
-                self._record(
-                    job,
-                    lambda session: repository.record_infrastructure_failure(
-                        session,
-                        submission_id=job.submission_id,
-                        lease_token=job.lease_token,
-                        reason=f"worker error: {type(exc).__name__}: {exc}",
-                        attempt=job.attempt,
-                        max_attempts=self.settings.max_attempts,
-                        exit_code=None,
-                        grader_stderr=None,
-                        duration_s=None,
-                        now=utc_now(),
-                    ),
+                self._record_infrastructure_failure(
+                    job, InfrastructureFailure(reason=f"worker error: {type(exc).__name__}: {exc}")
                 )
                 return
             logger.info("submission %s: %s", job.submission_id, outcome.status)
@@ -207,6 +181,25 @@ class Worker:
         finally:
             with self._lock:
                 self._current = None
+
+    def _record_infrastructure_failure(self, job: ClaimedJob, failure: InfrastructureFailure) -> None:
+        """Store a grading that broke for reasons not the submission's (retried up to
+        ``max_attempts``, never charged to the student's rate limit)."""
+        self._record(
+            job,
+            lambda session: repository.record_infrastructure_failure(
+                session,
+                submission_id=job.submission_id,
+                lease_token=job.lease_token,
+                reason=failure.reason,
+                attempt=job.attempt,
+                max_attempts=self.settings.max_attempts,
+                exit_code=failure.exit_code,
+                grader_stderr=failure.grader_stderr,
+                duration_s=failure.duration_s,
+                now=utc_now(),
+            ),
+        )
 
     def _after_cancel(self, current: _CurrentJob) -> None:
         job = current.job
