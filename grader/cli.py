@@ -65,10 +65,11 @@ def _check(args: argparse.Namespace) -> int:
             settings=settings,
             benchmark=args.benchmark,
         )
-    except InfrastructureError as exc:
-        document = {"verdict": "error", "error": {"kind": "infrastructure", "message": str(exc)}, "checks": []}
+    except Exception as exc:  # noqa: BLE001 - any failure of the grader itself is ours, never the student's
+        reason = str(exc) if isinstance(exc, InfrastructureError) else f"grader failure: {type(exc).__name__}: {exc}"
+        document = {"verdict": "error", "error": {"kind": "infrastructure", "message": reason}, "checks": []}
         _write_json(document, args.json)
-        console.print(f"[red]infrastructure error[/]: {exc}")
+        console.print(f"[red]infrastructure error[/]: {reason}")
         return EXIT_INFRASTRUCTURE
     _write_json(document, args.json)
     if not args.quiet:

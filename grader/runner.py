@@ -178,6 +178,46 @@ def _child_error(outcome: ChildOutcome, workdir: Path, settings: GraderSettings)
     }
 
 
+def _clean_report(raw: object) -> dict | None:
+    """A call report from the child, reduced to known fields of known types (or None).
+
+    The child is untrusted and may have rewritten its report files; nothing malformed in them
+    may crash the parent or be stored as is.
+    """
+    if not isinstance(raw, dict) or not isinstance(raw.get("id"), str):
+        return None
+    status = raw.get("status")
+    report: dict = {
+        "id": raw["id"][:200],
+        "status": status if status in ("ok", "raised", "not_tensor") else "raised",
+        "launches": raw["launches"] if isinstance(raw.get("launches"), int) and raw["launches"] >= 0 else 0,
+        "duration_s": float(raw["duration_s"]) if isinstance(raw.get("duration_s"), (int, float)) else 0.0,
+        "fatal": raw.get("fatal") is True,
+    }
+    exception = raw.get("exception")
+    if report["status"] == "raised":
+        exception = exception if isinstance(exception, dict) else {}
+        report["exception"] = {
+            "type": str(exception.get("type", "?"))[:200],
+            "message": str(exception.get("message", ""))[:2000],
+            "exit": exception.get("exit") is True,
+        }
+    if report["status"] == "not_tensor":
+        report["returned_type"] = str(raw.get("returned_type", "?"))[:200]
+    out = raw.get("out")
+    if isinstance(out, dict):
+        shape = out.get("shape")
+        report["out"] = {
+            "shape": [int(d) for d in shape] if isinstance(shape, list) and all(isinstance(d, int) for d in shape) else [],
+            "dtype": str(out.get("dtype", ""))[:50],
+            "device": str(out.get("device", ""))[:50],
+            "contiguous": out.get("contiguous") is True,
+            "aliases_input": out.get("aliases_input") is True,
+            "requires_grad": out.get("requires_grad") is True,
+        }
+    return report
+
+
 def _read_evidence(module, plan, workdir: Path):
     """Per-call reports and tensors of every step the child finished, keyed by call id."""
     calls = {}
@@ -197,8 +237,9 @@ def _read_evidence(module, plan, workdir: Path):
                 tensors = load_file(str(tensors_path))
             except Exception:  # noqa: BLE001 - a corrupt file reads as "no outputs"
                 tensors = {}
-        for report in reports:
-            if not isinstance(report, dict) or not isinstance(report.get("id"), str):
+        for raw_report in reports:
+            report = _clean_report(raw_report)
+            if report is None:
                 continue
             call_id = report["id"]
             calls[call_id] = module.CallEvidence(
@@ -306,7 +347,7 @@ def grade_source(
         oracle_started = time.monotonic()
         evidence_calls = _read_evidence(module, plan, workdir)
         error = _child_error(outcome, workdir, settings) or _call_level_error(evidence_calls)
-        durations = [float(e.report.get("duration_s") or 0.0) for e in evidence_calls.values() if e.report]
+        durations = [e.report["duration_s"] for e in evidence_calls.values() if e.report]
         # Time inside the submission's calls (Triton JIT compilation of each new specialisation
         # included); the rest of the child's time is Python, torch and input start-up.
         document["timings_s"]["calls"] = sum(durations)

@@ -87,3 +87,26 @@ def test_broken_harness_start_raises_infrastructure_error(monkeypatch, tmp_path)
     monkeypatch.setattr(runner, "HARNESS", harness)
     with pytest.raises(runner.InfrastructureError):
         runner.grade_file(REFERENCE, device="cpu", settings=GraderSettings(child_timeout_s=60))
+
+
+def test_malformed_child_reports_are_cleaned_not_trusted():
+    # A submission can rewrite its step reports; odd types must neither crash the parent nor be stored.
+    report = runner._clean_report({
+        "id": "autograd_fp32/0", "status": "passed!!", "launches": "many", "duration_s": "abc",
+        "exception": ["not", "a", "dict"], "out": {"shape": ["x"], "contiguous": "yes"},
+    })
+    assert report["status"] == "raised" and report["launches"] == 0 and report["duration_s"] == 0.0
+    assert report["exception"] == {"type": "?", "message": "", "exit": False}
+    assert report["out"]["shape"] == [] and report["out"]["contiguous"] is False
+    assert runner._clean_report({"status": "ok"}) is None  # no id: dropped
+
+
+def test_unexpected_grader_failure_exits_3_as_infrastructure(monkeypatch, capsys):
+    from grader import cli
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(runner, "grade_file", broken)
+    assert cli.main(["check", str(REFERENCE), "--device", "cpu", "--json", "-", "--quiet"]) == 3
+    assert '"kind": "infrastructure"' in capsys.readouterr().out
