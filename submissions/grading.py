@@ -102,9 +102,12 @@ class GradingCancelled(Exception):
 # ------------------------------------------------------------------------ the command
 
 
-def build_grade_command(settings: Settings, *, source_path: os.PathLike[str] | str, seed: int) -> list[str]:
+def build_grade_command(
+    settings: Settings, *, source_path: os.PathLike[str] | str, seed: int, assignment: str
+) -> list[str]:
     """The full argv: the configured prefix (default ``python -m grader check``) + per-job
-    arguments ``SOURCE --json - --seed SEED --device DEVICE --benchmark BENCHMARK``."""
+    arguments ``SOURCE --json - --seed SEED --device DEVICE --benchmark BENCHMARK
+    --assignment ASSIGNMENT``."""
     return [
         *settings.grade_command,
         os.fspath(source_path),
@@ -112,6 +115,7 @@ def build_grade_command(settings: Settings, *, source_path: os.PathLike[str] | s
         "--seed", str(seed),
         "--device", settings.grader_device,
         "--benchmark", settings.grader_benchmark,
+        "--assignment", assignment,
     ]
 
 
@@ -192,7 +196,9 @@ def run_grader(
         GradingCancelled: `cancel` was set before the grader finished.
     """
     with grading_workspace(assignment=assignment, source_text=source_text) as workspace:
-        command = build_grade_command(settings, source_path=workspace.source_path, seed=seed)
+        command = build_grade_command(
+            settings, source_path=workspace.source_path, seed=seed, assignment=assignment
+        )
         started = time.monotonic()
         with workspace.stdout_path.open("wb") as stdout, workspace.stderr_path.open("wb") as stderr:
             try:

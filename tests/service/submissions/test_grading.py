@@ -91,7 +91,7 @@ def test_command_environment_and_file_name(tmp_path, monkeypatch) -> None:
     seen = json.loads(record.read_text())
     assert seen["source_name"] == "softmax_backward.py"
     assert seen["argv"][2:] == ["--json", "-", "--seed", "1234", "--device", "cpu",
-                                "--benchmark", "auto"]
+                                "--benchmark", "auto", "--assignment", "softmax_backward"]
     for name in ["GRADER_DATABASE_URL", "GRADER_INSTRUCTOR_TOKEN", "GRADER_DEPLOYMENT_SEED",
                  "PGPASSWORD", "AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN"]:
         assert name not in seen["env"]
@@ -103,9 +103,11 @@ def test_default_command_is_python_m_grader_check() -> None:
     from submissions.settings import Settings
 
     real = Settings(_env_file=None)
-    command = build_grade_command(real, source_path="/tmp/x/softmax_backward.py", seed=7)
+    command = build_grade_command(real, source_path="/tmp/x/softmax_backward.py", seed=7,
+                                  assignment="softmax_backward")
     assert command[1:] == ["-m", "grader", "check", "/tmp/x/softmax_backward.py", "--json", "-",
-                           "--seed", "7", "--device", "auto", "--benchmark", "auto"]
+                           "--seed", "7", "--device", "auto", "--benchmark", "auto",
+                           "--assignment", "softmax_backward"]
 
 
 def test_logs_keep_head_and_tail_within_the_cap() -> None:
