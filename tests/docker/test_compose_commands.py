@@ -119,3 +119,34 @@ def test_deployment_guide_uses_only_these_commands():
     used = set(re.findall(r"\bexec (?:-T )?(?:api|worker) (grader [a-z]+(?: [a-z]+)?)", guide))
     assert used, "the guide shows how to run a grader command in a container"
     assert used <= {"grader students add"}, used
+
+
+def _commands(text):
+    """`docker compose ...` commands in a text, continuation lines joined, comments dropped."""
+    text = text.replace("\\\n", " ")
+    found = []
+    for line in text.splitlines():
+        line = line.lstrip("# ").split("  #")[0].strip()
+        if line.startswith("docker compose "):
+            found.append(" ".join(line.split()))
+    return found
+
+
+def test_compose_file_headers_match_the_guide():
+    guide = set(_commands((REPO / "docs" / "deployment.md").read_text()))
+    for name in COMPOSE_FILES:
+        for command in _commands((REPO / "docker" / name).read_text()):
+            assert command in guide, f"{name}'s header says `{command}`; the guide does not"
+
+
+def test_stopping_for_a_restore_stops_every_worker():
+    guide = (REPO / "docs" / "deployment.md").read_text()
+    stops = [c for c in _commands(guide) if " stop" in c]
+    assert stops, "the guide shows how to stop the stack for a restore"
+    gpus_workers = {n for n, s in merged_model(COMBINATIONS["main+gpus"])["services"].items()
+                    if s.get("command") == ["grader", "worker"]}
+    for command in stops:
+        services = set(command.split(" stop", 1)[1].split())
+        if services:  # naming services: with the files used, every worker must be among them
+            assert "compose.gpus.yaml" in command, command
+            assert gpus_workers <= services, f"{command} leaves {gpus_workers - services} running"

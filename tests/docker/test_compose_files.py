@@ -263,3 +263,49 @@ def test_remote_database_is_published_on_one_private_address_with_tls():
     on_remote = [n for n, s in model["services"].items() if "db-remote" in s.get("networks", [])]
     assert on_remote == ["db"]
     assert (DOCKER / ".gitignore").read_text().count("tls/") == 1, "keys stay out of git"
+
+
+@pytest.mark.parametrize("combo", ["main+gpus", "worker-host+gpus"])
+def test_every_worker_on_a_host_has_its_own_uid(combo):
+    # RLIMIT_NPROC (the grader's process limit for a non-root worker) is counted per uid across
+    # containers: workers sharing a uid would share one budget (grader/sandbox.py).
+    model = merged_model(COMBINATIONS[combo])
+    users = {name: s["user"] for name, s in model["services"].items()
+             if s.get("command") == ["grader", "worker"]}
+    assert len(users) == 4, users
+    uids = [user.split(":")[0] for user in users.values()]
+    assert len(set(uids)) == len(uids), f"workers share a uid: {users}"
+    assert all(int(uid) >= 10001 for uid in uids), users
+    assert {user.split(":")[1] for user in users.values()} == {"10001"}, "group stays 10001"
+    assert users["worker"] == "10001:10001"
+
+
+def test_env_example_documents_the_optional_limits_with_the_code_defaults():
+    from grader.settings import GraderSettings
+    from submissions.settings import Settings
+
+    text = (REPO / ".env.example").read_text()
+    guide = (REPO / "docs" / "deployment.md").read_text()
+    documented = dict(re.findall(r"^#(GRADER_[A-Z0-9_]+)=(\S+)$", text, re.MULTILINE))
+    fields = {
+        "GRADER_RATE_LIMIT_SUBMISSIONS": Settings.model_fields["rate_limit_submissions"],
+        "GRADER_RATE_LIMIT_WINDOW_S": Settings.model_fields["rate_limit_window_s"],
+        "GRADER_MAX_UPLOAD_BYTES": Settings.model_fields["max_upload_bytes"],
+        "GRADER_CHILD_TIMEOUT_S": GraderSettings.model_fields["child_timeout_s"],
+        "GRADER_MEMORY_LIMIT_BYTES": GraderSettings.model_fields["memory_limit_bytes"],
+        "GRADER_MAX_PROCESSES": GraderSettings.model_fields["max_processes"],
+    }
+    for name, field in fields.items():
+        assert name in documented, f".env.example does not list {name}"
+        assert float(documented[name]) == float(field.default), (name, documented[name], field.default)
+        assert f"| `{name}` | `{documented[name]}`" in guide, f"deployment.md's limits table: {name}"
+
+
+def test_env_example_and_guide_agree_on_the_remote_database_url():
+    text = (REPO / ".env.example").read_text()
+    guide = (REPO / "docs" / "deployment.md").read_text()
+    assert "sslmode=verify-full&sslrootcert=system" in guide
+    for source in (text, (DOCKER / "compose.worker.yaml").read_text()):
+        assert re.findall(r"sslmode=[\w&=-]+", source) == ["sslmode=verify-full&sslrootcert=system"]
+    assert "integer" not in text.lower(), "the deployment seed is any long random string"
+    assert "any long random string" in text.lower()
