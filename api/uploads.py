@@ -2,7 +2,10 @@
 
 The body is parsed as it streams in; the request is rejected (413) as soon as the ``file``
 part exceeds ``max_upload_bytes`` or the whole body exceeds it plus a small allowance for
-the multipart framing. Memory use is bounded by the cap, never by what the client sends.
+the multipart framing. Memory use is bounded by the cap, never by what the client sends:
+only the ``file`` part and the known small fields (``assignment``) are kept; the data of
+any other part is counted toward the body cap and dropped, and only its name is remembered
+(so that a body without ``file`` is reported as such, naming what was sent instead).
 """
 
 from __future__ import annotations
@@ -16,12 +19,16 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 
 from api.deps import SettingsDep
 from submissions.assignments import DEFAULT_ASSIGNMENT
-from submissions.errors import UploadMalformed, UploadTooLarge
+from submissions.errors import UploadMalformed, UploadMissingFile, UploadTooLarge
 
 #: Allowance for multipart boundaries, part headers and the small form fields.
 FRAMING_ALLOWANCE_BYTES = 16 * 1024
-#: Longest accepted value of a non-file form field (e.g. ``assignment``).
+#: Longest accepted value of a known non-file form field (e.g. ``assignment``).
 MAX_FIELD_BYTES = 200
+#: The form fields kept besides ``file``; other parts are skipped.
+KNOWN_FIELDS = frozenset({"assignment"})
+#: How many names of skipped parts are remembered (for the error message), and their length.
+MAX_REMEMBERED_PARTS, MAX_PART_NAME_CHARS = 10, 50
 
 #: OpenAPI description of the request body (the handler reads the stream itself).
 UPLOAD_OPENAPI = {
@@ -54,19 +61,22 @@ class UploadedFile:
 
 
 class _FormCollector:
-    """python-multipart callbacks that keep the ``file`` part (capped) and small fields."""
+    """python-multipart callbacks that keep the ``file`` part (capped) and the known small
+    fields (capped); the data of other parts is dropped. Part names are remembered."""
 
     def __init__(self, max_file_bytes: int) -> None:
         self.max_file_bytes = max_file_bytes
         self.file_content: bytearray | None = None
         self.client_filename: str | None = None
         self.fields: dict[str, bytearray] = {}
+        self.other_parts: list[str] = []  # names of the parts other than `file`
         self._header_name = bytearray()
         self._header_value = bytearray()
         self._headers: dict[bytes, bytes] = {}
         self._target: bytearray | None = None
         self._target_limit = 0
         self._target_is_file = False
+        self._target_name = ""
 
     def callbacks(self) -> dict[str, object]:
         return {
@@ -101,9 +111,13 @@ class _FormCollector:
             self._target, self._target_limit, self._target_is_file = (
                 self.file_content, self.max_file_bytes, True
             )
-        else:
+            return
+        if len(self.other_parts) < MAX_REMEMBERED_PARTS:
+            self.other_parts.append(name[:MAX_PART_NAME_CHARS])
+        if name in KNOWN_FIELDS:
             self._target = self.fields.setdefault(name, bytearray())
             self._target_limit, self._target_is_file = MAX_FIELD_BYTES, False
+            self._target_name = name
 
     def _on_part_data(self, data: bytes, start: int, end: int) -> None:
         if self._target is None:
@@ -115,7 +129,9 @@ class _FormCollector:
                     f"the file is larger than {self.max_file_bytes} bytes",
                     max_bytes=self.max_file_bytes,
                 )
-            raise UploadMalformed(f"a form field is longer than {MAX_FIELD_BYTES} bytes")
+            raise UploadMalformed(
+                f"the form field `{self._target_name}` is longer than {MAX_FIELD_BYTES} bytes"
+            )
 
 
 async def read_uploaded_file(request: Request, settings: SettingsDep) -> UploadedFile:
@@ -126,7 +142,8 @@ async def read_uploaded_file(request: Request, settings: SettingsDep) -> Uploade
 
     Raises:
         UploadTooLarge: the file exceeds ``max_upload_bytes`` (checked while reading).
-        UploadMalformed: not multipart/form-data, or no ``file`` part.
+        UploadMalformed: not multipart/form-data, or a malformed body.
+        UploadMissingFile: a well-formed multipart body without a ``file`` part.
     """
     max_file_bytes = settings.max_upload_bytes
     max_body_bytes = max_file_bytes + FRAMING_ALLOWANCE_BYTES
@@ -159,7 +176,12 @@ async def read_uploaded_file(request: Request, settings: SettingsDep) -> Uploade
         raise UploadMalformed(f"malformed multipart body: {exc}") from None
 
     if collector.file_content is None:
-        raise UploadMalformed("no `file` field in the multipart body")
+        sent = ", ".join(f"`{name}`" for name in collector.other_parts) or "none"
+        raise UploadMissingFile(
+            f"the multipart field `file` is missing (fields sent: {sent}); "
+            "send the source as e.g. `curl -F file=@softmax_backward.py ...`",
+            fields=collector.other_parts,
+        )
     assignment = collector.fields.get("assignment")
     return UploadedFile(
         content=bytes(collector.file_content),

@@ -191,7 +191,8 @@ def worker(argv: list[str]) -> int:
 
 
 def students(argv: list[str]) -> int:
-    """`grader students add NAME` (prints the new token) and `grader students list`."""
+    """`grader students add NAME` (prints the new token) and `grader students list`.
+    Exit code 2 when a student cannot be added (blank name, or the name is taken)."""
     parser = argparse.ArgumentParser(prog="grader students", description=students.__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     add = commands.add_parser("add", help="create a student and print their token")
@@ -201,6 +202,7 @@ def students(argv: list[str]) -> int:
 
     from submissions import repository, service
     from submissions.db import create_session_factory, engine_from_settings
+    from submissions.errors import DomainError
     from submissions.migrations import upgrade_to_head
     from submissions.models import utc_now
     from submissions.settings import get_settings
@@ -213,8 +215,8 @@ def students(argv: list[str]) -> int:
             if args.command == "add":
                 try:
                     created = service.create_student(session, name=args.name, now=utc_now())
-                except ValueError as exc:
-                    print(f"error: {exc}", file=sys.stderr)
+                except DomainError as exc:  # e.g. student_name_taken: nothing is created
+                    print(f"error ({exc.code}): {exc.message}", file=sys.stderr)
                     return EXIT_ERROR
                 print(created.token)
                 print(f"student {created.student.id} ({created.student.name}) created; "

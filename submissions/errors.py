@@ -47,6 +47,21 @@ class StudentNotFound(DomainError):
     http_status = 404
 
 
+class StudentNameInvalid(DomainError):
+    """The student name is blank (after trimming) or too long."""
+
+    code = "student_name_invalid"
+    http_status = 422
+
+
+class StudentNameTaken(DomainError):
+    """Another student already has this name (compared trimmed and case-insensitively);
+    `details` carries the existing student's `student_id`."""
+
+    code = "student_name_taken"
+    http_status = 409
+
+
 class UnknownAssignment(DomainError):
     """The upload names an assignment that is not in the registry."""
 
@@ -55,9 +70,25 @@ class UnknownAssignment(DomainError):
 
 
 class UploadMalformed(DomainError):
-    """The request is not multipart/form-data with one `file` field."""
+    """The request is not a well-formed multipart/form-data body (or a small form field is
+    too long, or `file` is sent twice)."""
 
     code = "upload_malformed"
+    http_status = 422
+
+
+class UploadMissingFile(DomainError):
+    """A multipart/form-data body without a part named `file`; `details` carries the
+    names of the `fields` that were sent instead."""
+
+    code = "upload_missing_file"
+    http_status = 422
+
+
+class UploadEmpty(DomainError):
+    """The uploaded file is empty or contains only whitespace."""
+
+    code = "upload_empty"
     http_status = 422
 
 

@@ -2,7 +2,8 @@
 tests check that these models and the migrations agree.
 
 Tables:
-- ``students``: a name and the sha256 of the student's bearer token (never the token).
+- ``students``: a name (unique, compared through ``name_key``) and the sha256 of the
+  student's bearer token (never the token).
 - ``submissions``: one uploaded file, its grading state and its stored result. This table
   is also the job queue (see submissions/repository.py for the claim/lease protocol).
 - ``check_verdicts``: one row per correctness check of a finished grading.
@@ -99,9 +100,15 @@ class Student(Base):
     """A student who may upload submissions, identified by a bearer token."""
 
     __tablename__ = "students"
+    __table_args__ = (Index("uq_students_name_key", "name_key", unique=True),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
+    # service.student_name_key(name): trimmed and case-folded; unique (uq_students_name_key),
+    # so no two students share a name up to case and surrounding whitespace. Case folding
+    # may lengthen a string (at most 3x: "ß" -> "ss"), hence the wider column. Computed in
+    # Python, not SQL, so SQLite and PostgreSQL compare alike (their lower() functions differ).
+    name_key: Mapped[str] = mapped_column(String(600))
     token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utc_now)
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sqlalchemy import and_, case, delete, func, literal_column, not_, select, text, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
 from submissions.models import (
@@ -49,12 +50,29 @@ if TYPE_CHECKING:
 # --------------------------------------------------------------------------- students
 
 
-def insert_student(session: Session, *, name: str, token_sha256: str, now: dt.datetime) -> Student:
-    """Insert a student with the sha256 of their token; flushes to assign the id."""
-    student = Student(name=name, token_sha256=token_sha256, created_at=now)
-    session.add(student)
-    session.flush()
+def insert_student(
+    session: Session, *, name: str, name_key: str, token_sha256: str, now: dt.datetime
+) -> Student | None:
+    """Insert a student with the sha256 of their token; flushes to assign the id.
+
+    Returns None, inserting nothing, when another student already has `name_key` (the
+    unique constraint decides, so two concurrent inserts of one name cannot both succeed).
+    The insert runs in a savepoint, so the session stays usable after a conflict.
+    """
+    student = Student(name=name, name_key=name_key, token_sha256=token_sha256, created_at=now)
+    try:
+        with session.begin_nested():
+            session.add(student)
+    except IntegrityError:
+        if find_student_by_name_key(session, name_key=name_key) is None:
+            raise  # some other constraint
+        return None
     return student
+
+
+def find_student_by_name_key(session: Session, *, name_key: str) -> Student | None:
+    """The student whose normalised name is `name_key` (unique constraint), or None."""
+    return session.scalars(select(Student).where(Student.name_key == name_key)).first()
 
 
 def find_student_by_token_sha256(session: Session, *, token_sha256: str) -> Student | None:

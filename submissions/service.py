@@ -19,12 +19,15 @@ from sqlalchemy.orm import Session
 from submissions import repository
 from submissions.assignments import ASSIGNMENTS, AssignmentEntry
 from submissions.errors import (
-    SubmissionNotFound,
     MissingFunction,
     RateLimited,
     SourceNotUtf8,
     SourceSyntaxError,
+    StudentNameInvalid,
+    StudentNameTaken,
+    SubmissionNotFound,
     UnknownAssignment,
+    UploadEmpty,
     UploadTooLarge,
 )
 from submissions.models import Student, Submission
@@ -62,19 +65,47 @@ class CreatedStudent:
     token: str
 
 
+#: Longest student name (characters, after trimming); the ``students.name`` column width.
+MAX_STUDENT_NAME_CHARS = 200
+
+
+def student_name_key(name: str) -> str:
+    """The form in which student names are compared: trimmed and case-folded, so "Alice",
+    " alice " and "ALICE" are one name. Stored in the unique ``students.name_key`` column.
+    (alembic/versions/2026_11_29_0002_unique_student_name.py holds a frozen copy.)"""
+    return name.strip().casefold()
+
+
 def create_student(session: Session, *, name: str, now: dt.datetime) -> CreatedStudent:
-    """Create a student with a fresh random token.
+    """Create a student with a fresh random token. The name is stored trimmed.
 
     Raises:
-        ValueError: if the name is blank.
+        StudentNameInvalid: the name is blank or longer than MAX_STUDENT_NAME_CHARS.
+        StudentNameTaken: another student has the same name up to case and surrounding
+            whitespace (also when both are created concurrently).
     """
     clean_name = name.strip()
     if not clean_name:
-        raise ValueError("student name must not be blank")
+        raise StudentNameInvalid("the student name must not be blank")
+    if len(clean_name) > MAX_STUDENT_NAME_CHARS:
+        raise StudentNameInvalid(
+            f"the student name is longer than {MAX_STUDENT_NAME_CHARS} characters",
+            max_chars=MAX_STUDENT_NAME_CHARS,
+        )
+    name_key = student_name_key(clean_name)
     token = secrets.token_urlsafe(32)
     student = repository.insert_student(
-        session, name=clean_name, token_sha256=hash_token(token), now=now
+        session, name=clean_name, name_key=name_key, token_sha256=hash_token(token), now=now
     )
+    if student is None:
+        existing = repository.find_student_by_name_key(session, name_key=name_key)
+        existing_id = existing.id if existing is not None else None
+        existing_name = existing.name if existing is not None else clean_name
+        raise StudentNameTaken(
+            f"a student named {existing_name!r} already exists (id {existing_id}); "
+            "names must be unique, ignoring case and surrounding spaces",
+            student_id=existing_id,
+        )
     return CreatedStudent(student=student, token=token)
 
 
@@ -110,6 +141,7 @@ def validate_source(upload: bytes, *, assignment: AssignmentEntry, max_bytes: in
     Raises:
         UploadTooLarge: more than `max_bytes` bytes.
         SourceNotUtf8: not UTF-8.
+        UploadEmpty: no bytes, or only whitespace (and perhaps a byte-order mark).
         SourceSyntaxError: not valid Python (details: line, column).
         MissingFunction: no top-level ``def <assignment.function>``.
     """
@@ -124,6 +156,12 @@ def validate_source(upload: bytes, *, assignment: AssignmentEntry, max_bytes: in
             f"the file is not UTF-8 text (invalid byte at offset {exc.start})",
             byte_offset=exc.start,
         ) from None
+    if not source.lstrip("\ufeff").strip():
+        what = "is empty (0 bytes)" if not upload else "contains only whitespace"
+        raise UploadEmpty(
+            f"the uploaded file {what}: send your kernel's Python source in the field `file`",
+            bytes=len(upload),
+        )
     try:
         module = ast.parse(source, filename="submission.py")
     except SyntaxError as exc:
@@ -188,7 +226,7 @@ def create_submission(
     """Validate an upload, apply the rate limit and queue it. The source text, its sha256
     and the derived grading seed are stored in the database (no shared disk needed).
 
-    Raises: UnknownAssignment, UploadTooLarge, SourceNotUtf8, SourceSyntaxError,
+    Raises: UnknownAssignment, UploadTooLarge, SourceNotUtf8, UploadEmpty, SourceSyntaxError,
     MissingFunction, RateLimited.
     """
     assignment = resolve_assignment(assignment_name)

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 from fastapi import APIRouter, status
 from api.deps import InstructorOnly, SessionDep
-from api.schemas import StudentCreate, StudentCreated, StudentRead
+from api.schemas import ErrorResponse, StudentCreate, StudentCreated, StudentRead
 from submissions import repository, service
 from submissions.models import utc_now
 
 router = APIRouter(prefix="/api/v1/students", tags=["students"])
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=StudentCreated)
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=StudentCreated,
+             responses={409: {"model": ErrorResponse, "description": "name taken "
+                              "(student_name_taken; compared trimmed, ignoring case)"},
+                        422: {"model": ErrorResponse, "description": "blank name"}})
 def create_student(body: StudentCreate, session: SessionDep, _: InstructorOnly) -> StudentCreated:
-    """Create a student and return their token (only a hash of it is stored)."""
+    """Create a student and return their token (only a hash of it is stored). Names are
+    unique ignoring case and surrounding spaces: a duplicate is refused with 409."""
     created = service.create_student(session, name=body.name, now=utc_now())
     return StudentCreated(id=created.student.id, name=created.student.name, token=created.token)
 

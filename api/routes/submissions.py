@@ -26,7 +26,9 @@ router = APIRouter(prefix="/api/v1/submissions", tags=["submissions"])
 _UPLOAD_ERRORS = {
     401: {"model": ErrorResponse, "description": "missing or invalid token"},
     413: {"model": ErrorResponse, "description": "file larger than the cap"},
-    422: {"model": ErrorResponse, "description": "not UTF-8, not Python, or missing function"},
+    422: {"model": ErrorResponse, "description": "not multipart (upload_malformed), no `file` "
+          "field (upload_missing_file), empty file (upload_empty), not UTF-8, not Python, "
+          "or missing function"},
     429: {"model": ErrorResponse, "description": "rate limited (see Retry-After)"},
 }
 

@@ -3,14 +3,24 @@ and agree with the ORM models (autogenerate finds no difference)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 
+import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
+from sqlalchemy.exc import IntegrityError
 
 from submissions.db import create_db_engine
-from submissions.migrations import ALEMBIC_DIR, downgrade_to_base, schema_is_current, upgrade_to_head
+from submissions.migrations import (
+    ALEMBIC_DIR,
+    alembic_config,
+    downgrade_to_base,
+    schema_is_current,
+    upgrade_to_head,
+)
 from submissions.models import Base
 
 from ..conftest import DatabaseServer
@@ -61,3 +71,50 @@ def test_migration_files_are_dated_and_static() -> None:
         source = path.read_text()
         assert "import submissions" not in source and "from submissions" not in source
         assert "def downgrade" in source and "pass\n" not in source.split("def downgrade")[1]
+
+
+def test_unique_name_migration_renames_existing_duplicates_and_keeps_their_data(
+    database_server: DatabaseServer,
+) -> None:
+    """0002 on a database that already holds duplicate names (created before the fix)."""
+    url = _empty_database(database_server)
+    engine = create_db_engine(url)
+    now = dt.datetime(2026, 11, 29, 12, 0)
+    try:
+        command.upgrade(alembic_config(database_url=url), "0001")
+        with engine.begin() as connection:
+            for student_id, name in [(1, "alice"), (2, "Bob"), (3, " Alice"), (4, "ALICE")]:
+                connection.execute(text(
+                    "INSERT INTO students (id, name, token_sha256, created_at) "
+                    "VALUES (:id, :name, :token, :now)"),
+                    {"id": student_id, "name": name, "token": f"{student_id:064d}", "now": now})
+            connection.execute(text(
+                "INSERT INTO submissions (id, student_id, assignment, source_text, source_sha256, "
+                "source_bytes, status, created_at, attempts) "
+                "VALUES (1, 3, 'softmax_backward', 'x', :sha, 1, 'queued', :now, 0)"),
+                {"sha": "0" * 64, "now": now})
+
+        upgrade_to_head(database_url=url)
+        with engine.connect() as connection:
+            rows = connection.execute(
+                text("SELECT id, name, name_key, token_sha256 FROM students ORDER BY id")).all()
+            assert [(r.id, r.name, r.name_key) for r in rows] == [
+                (1, "alice", "alice"), (2, "Bob", "bob"),
+                (3, "Alice #3", "alice #3"), (4, "ALICE #4", "alice #4"),
+            ]
+            assert [r.token_sha256 for r in rows] == [f"{i:064d}" for i in (1, 2, 3, 4)]
+            # No student (or submission) was lost: no table was recreated under a cascade.
+            assert connection.execute(
+                text("SELECT student_id FROM submissions")).scalars().all() == [3]
+        with pytest.raises(IntegrityError), engine.begin() as connection:
+            connection.execute(text(
+                "INSERT INTO students (name, name_key, token_sha256, created_at) "
+                "VALUES ('Bob', 'bob', :token, :now)"), {"token": "9" * 64, "now": now})
+
+        command.downgrade(alembic_config(database_url=url), "0001")
+        assert "name_key" not in {c["name"] for c in inspect(engine).get_columns("students")}
+        with engine.connect() as connection:
+            assert connection.execute(text("SELECT count(*) FROM submissions")).scalar() == 1
+    finally:
+        engine.dispose()
+        database_server.drop(url)

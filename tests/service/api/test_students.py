@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 
+import pytest
+
 from sqlalchemy import select
 
 from submissions.models import Student
@@ -55,3 +57,30 @@ def test_instructor_lists_students(client) -> None:
     create_student(client, "b")
     response = client.get("/api/v1/students", headers=instructor_headers())
     assert [s["name"] for s in response.json()] == ["a", "b"]
+
+
+@pytest.mark.parametrize("duplicate", ["alice", "Alice", "  ALICE\t", "alIce "])
+def test_duplicate_name_is_409_ignoring_case_and_surrounding_spaces(
+    client, db_session, duplicate
+) -> None:
+    alice_id, _ = create_student(client, "alice")
+    response = client.post("/api/v1/students", json={"name": duplicate},
+                           headers=instructor_headers())
+    assert response.status_code == 409, response.text
+    error = response.json()["error"]
+    assert error["code"] == "student_name_taken"
+    assert error["student_id"] == alice_id and "alice" in error["message"]
+    assert [s.name for s in db_session.scalars(select(Student))] == ["alice"]
+
+
+def test_names_are_stored_trimmed_and_distinct_names_are_accepted(client) -> None:
+    create_student(client, "  Ada Lovelace ")
+    create_student(client, "Ada")
+    names = [s["name"] for s in client.get("/api/v1/students", headers=instructor_headers()).json()]
+    assert names == ["Ada Lovelace", "Ada"]
+
+
+def test_whitespace_only_name_is_422(client) -> None:
+    response = client.post("/api/v1/students", json={"name": "  \t "}, headers=instructor_headers())
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] == "student_name_invalid"

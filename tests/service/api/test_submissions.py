@@ -64,6 +64,10 @@ def test_instructor_cannot_upload(client) -> None:
         (b"def other(y, g):\n    return y\n", 422, "missing_function"),
         (b"class K:\n    def softmax_backward(self, y, g):\n        return y\n", 422, "missing_function"),
         (b"softmax_backward = 3\n", 422, "missing_function"),
+        (b"", 422, "upload_empty"),
+        (b"  \n\t\r\n  \n", 422, "upload_empty"),
+        (b"\xef\xbb\xbf\n", 422, "upload_empty"),
+        (b"# only a comment\n", 422, "missing_function"),
     ],
 )
 def test_invalid_uploads_are_rejected_before_queueing(client, db_session, content, status, code) -> None:
@@ -97,8 +101,17 @@ def test_upload_over_the_cap_is_413(app_factory, settings, db_session) -> None:
     assert len(db_session.scalars(select(Submission)).all()) == 1
 
 
+def test_empty_upload_says_so(client) -> None:
+    _, token = create_student(client)
+    error = upload(client, token, b"").json()["error"]
+    assert error["code"] == "upload_empty" and "empty" in error["message"]
+    error = upload(client, token, b"\n \n").json()["error"]
+    assert error["code"] == "upload_empty" and "only whitespace" in error["message"]
+
+
 def test_upload_without_file_field_or_not_multipart(client) -> None:
     _, token = create_student(client)
+    # data= alone is sent url-encoded, not as multipart/form-data
     response = client.post("/api/v1/submissions", data={"other": "x"}, headers=bearer(token))
     assert response.status_code == 422 and response.json()["error"]["code"] == "upload_malformed"
     response = client.post("/api/v1/submissions", content=b"def softmax_backward(): pass",
@@ -190,3 +203,65 @@ def test_cap_is_enforced_while_streaming_without_content_length(app_factory, set
     )
     assert response.status_code == 413
     assert response.json()["error"]["code"] == "upload_too_large"
+
+
+def test_file_sent_under_another_field_name_is_reported_as_missing_file(client, db_session) -> None:
+    """`curl -F other=@softmax_backward.py`: the part's size is not a form-field problem."""
+    _, token = create_student(client)
+    response = client.post(
+        "/api/v1/submissions",
+        files={"other": ("softmax_backward.py", kernel_source().encode() * 20, "text/x-python")},
+        data={"assignment": "softmax_backward"},
+        headers=bearer(token),
+    )
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["code"] == "upload_missing_file"
+    assert "`file`" in error["message"] and "missing" in error["message"]
+    assert error["fields"] == ["assignment", "other"]
+    assert db_session.scalars(select(Submission)).all() == []
+
+
+def test_empty_multipart_body_is_missing_file(client) -> None:
+    _, token = create_student(client)
+    response = client.post(
+        "/api/v1/submissions", content=b"--b--\r\n",
+        headers={**bearer(token), "content-type": "multipart/form-data; boundary=b"},
+    )
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] == "upload_missing_file"
+    assert response.json()["error"]["fields"] == []
+
+
+def test_a_long_assignment_field_is_still_malformed(client) -> None:
+    _, token = create_student(client)
+    response = upload(client, token, kernel_source(), assignment="x" * 201)
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["code"] == "upload_malformed" and "`assignment`" in error["message"]
+
+
+def test_cap_applies_to_other_parts_while_streaming() -> None:
+    """A huge part under another name is not buffered: the body cap stops reading it."""
+    import asyncio
+
+    from starlette.requests import Request
+
+    from api.uploads import FRAMING_ALLOWANCE_BYTES, read_uploaded_file
+    from submissions.errors import UploadTooLarge
+
+    small = make_settings("sqlite:///unused.db", max_upload_bytes=1024)
+    head = (b'--b\r\nContent-Disposition: form-data; name="other"; filename="k.py"\r\n\r\n')
+    chunks = [head] + [b"#" * 1024] * 1000 + [b"\r\n--b--\r\n"]
+    received = []
+
+    async def receive() -> dict:
+        received.append(1)
+        return {"type": "http.request", "body": chunks[len(received) - 1],
+                "more_body": len(received) < len(chunks)}
+
+    request = Request({"type": "http", "method": "POST", "headers": [
+        (b"content-type", b"multipart/form-data; boundary=b")]}, receive)
+    with pytest.raises(UploadTooLarge):
+        asyncio.run(read_uploaded_file(request, small))
+    assert len(received) <= 2 + (1024 + FRAMING_ALLOWANCE_BYTES) // 1024
