@@ -1,10 +1,17 @@
 # The two commands: `make serve` (first) and `make test` (second). Both set up .venv on a
 # fresh machine. TORCH_SPEC pins the CPU build that this course's dev machines carry
-# (`pip install torch==2.13.0` takes the local file); override it elsewhere.
+# (`pip install torch==2.13.0` takes the local file); override it elsewhere. TRITON_SPEC pins
+# the Triton of the course's GPU workers (3.6.0 on the recorded H200 runs), so that a kernel
+# students check here uses the same language as the one graded on the GPU (Triton 3.9, for
+# one, removed tl.make_block_ptr).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
+TRITON_SPEC ?= triton==3.6.0
+# Triton 3.6's CPU interpreter turns 1-element arrays into ints with int(), which NumPy 2.4
+# made an error ("only 0-dimensional arrays can be converted to Python scalars").
+NUMPY_SPEC ?= numpy<2.4
 STAMP := $(VENV)/.installed
 
 .PHONY: serve test install check-reference clean
@@ -12,10 +19,10 @@ STAMP := $(VENV)/.installed
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml | $(PY)
+$(STAMP): pyproject.toml Makefile | $(PY)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[grader,dev]"
+	$(PY) -m pip install -q "$(TORCH_SPEC)" "$(TRITON_SPEC)" "$(NUMPY_SPEC)"
+	$(PY) -m pip install -q -e ".[grader,dev]" "$(TRITON_SPEC)" "$(NUMPY_SPEC)"
 	touch $(STAMP)
 
 install: $(STAMP)

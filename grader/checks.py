@@ -44,22 +44,32 @@ class Tolerance:
     Attributes:
         rtol: relative to ``scale`` (error of fp32 arithmetic on the given inputs).
         atol: absolute floor, in output units; well below any magnitude the checks produce.
-        why: where the numbers come from (shown when a check fails).
+        why: where the numbers come from (stored with a failing check's result).
         vtol: relative to |expected| (rounding of the stored result), default 0.
+        summary: the reason in a few words, for the one-line failure message.
     """
 
     rtol: float
     atol: float
     why: str
     vtol: float = 0.0
+    summary: str = ""
 
     def allowed(self, expected: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         """The allowed absolute error per element (fp64 tensors of one shape)."""
         return self.atol + self.rtol * scale + self.vtol * expected.abs()
 
+    def bound(self) -> str:
+        value_part = f" + {self.vtol:.3g} x |expected|" if self.vtol else ""
+        return f"{self.atol:.3g} + {self.rtol:.3g} x scale{value_part}"
+
     def describe(self) -> str:
-        value_part = f" + vtol {self.vtol:.3g} x |expected|" if self.vtol else ""
-        return f"atol {self.atol:.3g} + rtol {self.rtol:.3g} x scale{value_part} ({self.why})"
+        """The bound with its full reason (stored in the result as ``tolerance``)."""
+        return f"{self.bound()} ({self.why})"
+
+    def describe_short(self) -> str:
+        """The bound with a few-word reason, for failure messages (docs/checks.md has the rest)."""
+        return f"{self.bound()} ({self.summary or self.why}; see docs/checks.md)"
 
 
 @dataclass

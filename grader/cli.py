@@ -73,7 +73,7 @@ def _check(args: argparse.Namespace) -> int:
         return EXIT_INFRASTRUCTURE
     _write_json(document, args.json)
     if not args.quiet:
-        render_result(document, console)
+        render_result(document, console, source_name=path.name)
     return exit_code(document)
 
 

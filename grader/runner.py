@@ -218,6 +218,29 @@ def _clean_report(raw: object) -> dict | None:
     return report
 
 
+_CALL_HINTS = {
+    "crash": (
+        " A crash inside a call is usually the kernel reading or writing outside its tensors: a missing or"
+        " wrong mask, or dx stored with y's or g's strides instead of its own (it is a fresh contiguous tensor)."
+    ),
+    "exited": "",
+    "timeout": "",
+}
+
+
+def _call_context(outcome: ChildOutcome, plan, kind: str) -> str:
+    """For an error that happened inside a call: that call's inputs, and a hint for crashes."""
+    last = outcome.progress.last if outcome.progress is not None else None
+    if not last or not last.startswith("call ") or kind not in _CALL_HINTS:
+        return ""
+    call_id = last.removeprefix("call ").split("@", 1)[0]
+    labels = {call.id: call.label for check in plan.checks for call in check.calls}
+    label = labels.get(call_id)
+    if label is None:
+        return ""
+    return f". The call's inputs: {label}.{_CALL_HINTS[kind]}"
+
+
 def _read_evidence(module, plan, workdir: Path):
     """Per-call reports and tensors of every step the child finished, keyed by call id."""
     calls = {}
@@ -352,14 +375,17 @@ def grade_source(
         # included); the rest of the child's time is Python, torch and input start-up.
         document["timings_s"]["calls"] = sum(durations)
         document["timings_s"]["slowest_call"] = max(durations, default=0.0)
+        if error is not None:
+            error["message"] += _call_context(outcome, plan, error["kind"])
         evidence = module.CheckEvidence(calls=evidence_calls, bank=plan.bank)
         results: list[CheckResult] = []
         finished_steps = {index for index in range(len(plan.checks)) if (workdir / f"step_{index}.json").exists()}
         for index, check in enumerate(plan.checks):
-            if check.calls and index not in finished_steps:
-                continue  # never ran: the error says why
-            if not check.calls and error is not None:
-                continue  # aggregate checks (triton_kernel) need the whole run
+            if (check.calls and index not in finished_steps) or (not check.calls and error is not None):
+                # Never ran (or, for aggregate checks such as triton_kernel, needs the whole
+                # run): listed so that the table shows how far the run got; the error says why.
+                results.append(CheckResult(check.name, False, "not run: the run ended with the error below", skipped=True))
+                continue
             try:
                 results.append(check.evaluate(check, evidence))
             except Exception as exc:  # noqa: BLE001 - odd outputs must not crash the parent

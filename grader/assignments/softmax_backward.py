@@ -38,6 +38,7 @@ TOLERANCES: dict[torch.dtype, Tolerance] = {
     torch.float32: Tolerance(
         rtol=2e-5,
         atol=1e-30,
+        summary="fp32 rounding of y plus a blocked fp32 sum, with 6x room",
         why="fp32 vs fp64 oracle: rounding y to fp32 (1 ulp = 6e-8) plus a blocked fp32 sum of up "
         "to 131072 products, worst case (log2(block) + chunks) ulps ~ 50 ulps = 3e-6; 2e-5 leaves 6x room. "
         "atol 1e-30 only absorbs flush-to-zero below the fp32 normal range (1.2e-38)",
@@ -46,6 +47,7 @@ TOLERANCES: dict[torch.dtype, Tolerance] = {
         rtol=2e-5,
         vtol=2.0**-10,
         atol=2.0**-24,
+        summary="fp32 arithmetic on the fp16 inputs plus one fp16 ulp of the result",
         why="fp32 arithmetic on the rounded fp16 inputs as for float32 (rtol 2e-5 x scale), plus rounding "
         "the result to fp16: half an ulp, at most 2^-11 of the value; allow one ulp (vtol 2^-10 x |dx|). "
         "atol = 2^-24, the spacing of fp16 subnormals, for elements below 6.1e-5. A dot accumulated in "
@@ -55,6 +57,7 @@ TOLERANCES: dict[torch.dtype, Tolerance] = {
         rtol=2e-5,
         vtol=2.0**-6,
         atol=1e-30,
+        summary="fp32 arithmetic on the bf16 inputs plus two bf16 ulps of the result",
         why="fp32 arithmetic as for float32, plus rounding the result to bf16 (8 significant bits, one ulp is "
         "at most 2^-7 of the value). The GPU rounds to nearest (half an ulp) but Triton's CPU interpreter "
         "truncates (up to one ulp); allow two ulps (vtol 2^-6). bf16 has the fp32 exponent range, so the "
@@ -341,6 +344,29 @@ def _describe_failure(report: dict | None, call: PlannedCall) -> str | None:
     return None
 
 
+def _diagnose_coverage(got: torch.Tensor, expected: torch.Tensor, scale: torch.Tensor, tolerance: Tolerance) -> str:
+    """Name an uncovered block of the output: every column (or row) from some index on wrong,
+    every one before it right, the mark of a grid, loop bound or mask that stops short."""
+    got64 = got.double()
+    not_finite = ~torch.isfinite(got64)
+    if bool(not_finite.any()) and bool(torch.isfinite(expected).all()):
+        row, col = (int(i) for i in torch.nonzero(not_finite)[0])
+        return (f" {int(not_finite.sum())} outputs are NaN or inf (the first at [{row},{col}]) although every input"
+                f" is finite: the kernel read outside y or g (the grader surrounds them with NaN) or left those"
+                f" outputs unwritten (a grid, loop or mask that does not cover every element).")
+    bad = ~((got64 - expected).abs() <= tolerance.allowed(expected, scale))
+    for axis, what, advice in ((0, "column", "a grid, loop bound or mask that stops short of N"),
+                               (1, "row", "a grid that launches too few programs for M rows")):
+        per_index = bad.any(dim=axis)
+        if per_index.numel() < 2 or not bool(per_index.any()) or bool(per_index.all()):
+            continue
+        first_bad = int(torch.nonzero(per_index)[0])
+        if first_bad > 0 and bool(per_index[first_bad:].all()):
+            return (f" Every {what} from {what} {first_bad} on is wrong and every {what} before it is right:"
+                    f" look for {advice}.")
+    return ""
+
+
 def _diagnose(got: torch.Tensor, y: torch.Tensor, g: torch.Tensor, tolerance: Tolerance) -> str:
     """Name the common mistake the output matches, if any (a hint, not a verdict)."""
     y64, g64 = y.double(), g.double()
@@ -375,6 +401,8 @@ def _evaluate_values(check: PlannedCheck, evidence: CheckEvidence, *, diagnose: 
     worst_ratio = 0.0
     worst_abs = 0.0
     compared = 0
+    tolerance_reason = ""
+    diagnosed = False  # the first failure names its cause; the generic hint would only distract
     for call in check.calls:
         rounds = [call.id] + [f"{call.id}@{i + 1}" for i in range(len(call.refills))]
         for round_index, round_id in enumerate(rounds):
@@ -403,16 +431,24 @@ def _evaluate_values(check: PlannedCheck, evidence: CheckEvidence, *, diagnose: 
             worst_abs = max(worst_abs, result.max_abs_err)
             if not result.passed:
                 label = call.label + (f" (refill {round_index})" if round_index else "")
-                text = f"{label}: {result.describe()}; tolerance {call.tolerance.describe()}"
-                if diagnose and round_index == 0:
+                text = f"{label}: {result.describe()}; tolerance {call.tolerance.describe_short()}."
+                finding = _diagnose_coverage(out, expected, call.scale[round_index], call.tolerance)
+                if not finding and diagnose and round_index == 0:
                     y = evidence.bank.values_of(call.y)
                     g = evidence.bank.values_of(call.g)
-                    text += _diagnose(out, y, g, call.tolerance)
-                failures.append(text)
-    numbers = {"cases": compared, "max_abs_err": worst_abs, "max_err_over_tolerance": worst_ratio}
+                    finding = _diagnose(out, y, g, call.tolerance)
+                if finding and not failures:
+                    diagnosed = True
+                failures.append(text + finding)
+                tolerance_reason = tolerance_reason or call.tolerance.describe()
+    # No error figures when nothing could be compared: a 0 there would read as a perfect score.
+    numbers = {"cases": compared, "max_abs_err": worst_abs, "max_err_over_tolerance": worst_ratio} if compared else {"cases": 0}
+    if tolerance_reason:
+        numbers["tolerance"] = tolerance_reason
     if failures:
         more = f" (+{len(failures) - 1} more)" if len(failures) > 1 else ""
-        return CheckResult(check.name, False, failures[0] + more + f". Hint: {HINTS[check.name]}", numbers=numbers)
+        hint = "" if diagnosed else f" Hint: {HINTS[check.name]}"
+        return CheckResult(check.name, False, failures[0].rstrip(".") + more + "." + hint, numbers=numbers)
     return CheckResult(
         check.name, True, f"{compared} cases, worst error {worst_ratio:.2g} of tolerance", numbers=numbers
     )
@@ -482,7 +518,7 @@ def _check_central_difference(plan: Plan) -> PlannedCheck:
                         check.name,
                         False,
                         f"{call.label} at logit [{row},{col}]: dx = {value:.8g}, central difference = {slope:.8g} "
-                        f"(|err| {err:.3g} > allowed {allowed:.3g}; {tolerance.describe()}). Hint: {HINTS[check.name]}",
+                        f"(|err| {err:.3g} > allowed {allowed:.3g}; tolerance {tolerance.describe_short()}). Hint: {HINTS[check.name]}",
                         numbers={"max_err_over_tolerance": worst},
                     )
         return CheckResult(check.name, True, f"8 logits, h = 1e-5, worst error {worst:.2g} of tolerance",
