@@ -33,6 +33,10 @@ from submissions.errors import (
 from submissions.models import Student, Submission
 from submissions.settings import Settings
 
+#: Prefix of student tokens: recognisable in logs and secret scanners, and a token never
+#: starts with "-", which a command line (`grader submit --token ...`) would take for an option.
+STUDENT_TOKEN_PREFIX = "gst_"
+
 # ------------------------------------------------------------------------------ tokens
 
 
@@ -93,7 +97,7 @@ def create_student(session: Session, *, name: str, now: dt.datetime) -> CreatedS
             max_chars=MAX_STUDENT_NAME_CHARS,
         )
     name_key = student_name_key(clean_name)
-    token = secrets.token_urlsafe(32)
+    token = STUDENT_TOKEN_PREFIX + secrets.token_urlsafe(32)
     student = repository.insert_student(
         session, name=clean_name, name_key=name_key, token_sha256=hash_token(token), now=now
     )

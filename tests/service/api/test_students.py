@@ -84,3 +84,11 @@ def test_whitespace_only_name_is_422(client) -> None:
     response = client.post("/api/v1/students", json={"name": "  \t "}, headers=instructor_headers())
     assert response.status_code == 422
     assert response.json()["error"]["code"] == "student_name_invalid"
+
+
+def test_student_tokens_never_look_like_a_command_line_option(client) -> None:
+    # A token starting with "-" broke `grader submit --token T` (argparse took it for an option).
+    for index in range(40):
+        response = client.post("/api/v1/students", json={"name": f"token-{index}"}, headers=instructor_headers())
+        assert response.status_code == 201, response.text
+        assert response.json()["token"].startswith("gst_")
