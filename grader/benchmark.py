@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import importlib.metadata
 import json
 import math
 import os
@@ -56,6 +55,8 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from grader.runner import package_version
 
 HARNESS = Path(__file__).parent / "harness" / "bench_child.py"
 REFERENCE_FILES = {"softmax_backward": Path(__file__).parent / "assignments" / "softmax_backward_reference.py"}
@@ -206,13 +207,6 @@ def _median(stats: dict | None) -> float | None:
     return value if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
-def _version(package: str) -> str | None:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 # ---- children ---------------------------------------------------------------------------
 def _write_plan(workdir: Path, *, mode: str, rows: list[dict], options: BenchmarkOptions, module, extra: dict) -> None:
     plan = {"mode": mode, "rows": rows, "options": options.child_options(), "function": module.FUNCTION_NAME,
@@ -294,7 +288,7 @@ def _peers_cache_path(assignment: str, options: BenchmarkOptions, settings) -> P
     props = torch.cuda.get_device_properties(0)
     key = json.dumps({
         "gpu": props.name, "uuid": str(getattr(props, "uuid", "")), "torch": torch.__version__,
-        "triton": _version("triton"), "grader": _version("kernel-grader"), "assignment": assignment,
+        "triton": package_version("triton"), "grader": package_version("kernel-grader"), "assignment": assignment,
         "options": {k: v for k, v in asdict(options).items() if k not in ("student_timeout_s", "peers_cache_s", "save_full")},
         "reference": hashlib.sha256(REFERENCE_FILES[assignment].read_bytes()).hexdigest(),
         "harness": hashlib.sha256(HARNESS.read_bytes()).hexdigest(),
@@ -566,7 +560,7 @@ def assemble(*, student_doc: dict, student_info: dict | None, peers_doc: dict, r
         "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "gpu": peers_doc.get("gpu") or student_doc.get("gpu"),
         "gpu_after": peers_doc.get("gpu_after"),
-        "versions": {**(peers_doc.get("versions") or {}), "grader": _version("kernel-grader")},
+        "versions": {**(peers_doc.get("versions") or {}), "grader": package_version("kernel-grader")},
         "copy_bandwidth": peers_doc.get("copy_bandwidth"),
         "persisting_l2_control": peers_doc.get("persisting_l2_control"),
         "flush_bytes": flush_bytes,

@@ -35,7 +35,8 @@ class InfrastructureError(RuntimeError):
     """The grader or the machine failed; no verdict about the submission can be given."""
 
 
-def _version(package: str) -> str | None:
+def package_version(package: str) -> str | None:
+    """The installed version of ``package``, or None when it is not installed."""
     try:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
@@ -90,8 +91,8 @@ def _environment_versions(device: str) -> dict:
     versions = {
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "triton": _version("triton"),
-        "grader": _version("kernel-grader"),
+        "triton": package_version("triton"),
+        "grader": package_version("kernel-grader"),
         "bubblewrap": bwrap_version(),
     }
     if device == "cuda":
@@ -241,13 +242,16 @@ def _call_context(outcome: ChildOutcome, plan, kind: str) -> str:
     return f". The call's inputs: {label}.{_CALL_HINTS[kind]}"
 
 
-def _read_evidence(module, plan, workdir: Path):
-    """Per-call reports and tensors of every step the child finished, keyed by call id."""
+def _read_evidence(module, plan, workdir: Path) -> tuple[dict, set[int]]:
+    """Per-call reports and tensors of every step the child finished, keyed by call id, and the
+    indexes of the steps that left a report file."""
     calls = {}
+    finished_steps: set[int] = set()
     for index, _ in enumerate(plan.checks):
         report_path = workdir / f"step_{index}.json"
         if not report_path.exists():
             continue
+        finished_steps.add(index)
         try:
             step = json.loads(report_path.read_text())
             reports = step["calls"]
@@ -271,7 +275,7 @@ def _read_evidence(module, plan, workdir: Path):
                 y_base_after=tensors.get(f"{call_id}:y_base_after"),
                 g_base_after=tensors.get(f"{call_id}:g_base_after"),
             )
-    return calls
+    return calls, finished_steps
 
 
 def _call_level_error(evidence_calls: dict) -> dict | None:
@@ -286,7 +290,7 @@ def _call_level_error(evidence_calls: dict) -> dict | None:
 
 
 def grade_source(
-    source: str,
+    source: str | bytes,
     *,
     assignment: str = "softmax_backward",
     device: str = "auto",
@@ -297,7 +301,7 @@ def grade_source(
     """Grade one submission's source text and return the result document.
 
     Args:
-        source: the student's file, as text.
+        source: the student's file, as text or as its bytes (which must be UTF-8).
         assignment: registry name (grader.assignments.ASSIGNMENTS).
         device: ``cpu`` (Triton interpreter), ``cuda`` or ``auto``.
         seed: input seed; the result records it so that staff can reproduce the run.
@@ -332,7 +336,13 @@ def grade_source(
         "timings_s": {},
         "log": {"text": "", "truncated": False, "total_bytes": 0},
     }
-    problem = static_problem(source, module.FUNCTION_NAME)
+    problem = None
+    if isinstance(source, bytes):
+        try:
+            source = source.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            problem = {"kind": "syntax", "message": f"the file is not UTF-8 text: {exc}"}
+    problem = problem or static_problem(source, module.FUNCTION_NAME)
     if problem is not None:
         document["error"] = problem
         document["duration_s"] = time.monotonic() - started
@@ -368,7 +378,7 @@ def grade_source(
         document["log"] = outcome.log.as_json()
         document["limits"] = outcome.limits
         oracle_started = time.monotonic()
-        evidence_calls = _read_evidence(module, plan, workdir)
+        evidence_calls, finished_steps = _read_evidence(module, plan, workdir)
         error = _child_error(outcome, workdir, settings) or _call_level_error(evidence_calls)
         durations = [e.report["duration_s"] for e in evidence_calls.values() if e.report]
         # Time inside the submission's calls (Triton JIT compilation of each new specialisation
@@ -379,7 +389,6 @@ def grade_source(
             error["message"] += _call_context(outcome, plan, error["kind"])
         evidence = module.CheckEvidence(calls=evidence_calls, bank=plan.bank)
         results: list[CheckResult] = []
-        finished_steps = {index for index in range(len(plan.checks)) if (workdir / f"step_{index}.json").exists()}
         for index, check in enumerate(plan.checks):
             if (check.calls and index not in finished_steps) or (not check.calls and error is not None):
                 # Never ran (or, for aggregate checks such as triton_kernel, needs the whole
@@ -427,20 +436,8 @@ def _run_benchmark(grading_dir: Path, source: str, cache_dir: Path, module, sett
 
 
 def grade_file(path: Path, **options) -> dict:
-    """``grade_source`` on a file's text (UTF-8; other encodings are a syntax error)."""
-    try:
-        source = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        return {
-            "schema": SCHEMA_VERSION,
-            "assignment": options.get("assignment", "softmax_backward"),
-            "verdict": "error",
-            "error": {"kind": "syntax", "message": f"the file is not UTF-8 text: {exc}"},
-            "checks": [],
-            "benchmark": None,
-            "duration_s": 0.0,
-        }
-    return grade_source(source, **options)
+    """``grade_source`` on a file's bytes (UTF-8; other encodings are a syntax error)."""
+    return grade_source(Path(path).read_bytes(), **options)
 
 
 def exit_code(document: dict) -> int:

@@ -247,7 +247,7 @@ class _Cgroup:
                     text = events.read_text()
                     for line in text.splitlines():
                         key, _, value = line.partition(" ")
-                        if key in ("oom_kill", "oom_kill_disable") and key == "oom_kill" and value.strip() not in ("0", ""):
+                        if key == "oom_kill" and value.strip() not in ("0", ""):
                             return True
             failcnt = path / "memory.failcnt"
             if failcnt.exists() and failcnt.read_text().strip() not in ("0", ""):

@@ -15,7 +15,8 @@ Protocol (all paths inside WORKDIR, which the parent binds read-write):
                      metadata, number of Triton kernel launches).
 - ``step_<i>.safetensors``  outputs of step i and the input base buffers as they were after
                      each call (the parent compares them bitwise with what it sent).
-- ``done.json``      written last; its absence means the process died or was killed.
+- ``done.json``      how the run ended (``done``, or an import, lookup or CUDA failure). The
+                     parent trusts ``done`` only if the progress pipe also said ``done``.
 
 Progress goes to a pipe the parent holds open (file descriptor PROGRESS_FD), one line per
 event: ``import`` before the submission is imported, ``call <id>`` before each call and
