@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -32,9 +32,10 @@ def get_settings(request: Request) -> Settings:
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 
-def get_db_session(request: Request) -> Iterator[Session]:
-    """One session per request; commit on success, roll back on any exception."""
-    session: Session = request.app.state.session_factory()
+def session_scope(session_factory: Callable[[], Session]) -> Iterator[Session]:
+    """One session from ``session_factory``: commit on success, roll back on any exception,
+    close always. The transaction boundary of a request (and of the tests' override)."""
+    session = session_factory()
     try:
         yield session
         session.commit()
@@ -43,6 +44,11 @@ def get_db_session(request: Request) -> Iterator[Session]:
         raise
     finally:
         session.close()
+
+
+def get_db_session(request: Request) -> Iterator[Session]:
+    """One session per request; commit on success, roll back on any exception."""
+    yield from session_scope(request.app.state.session_factory)
 
 
 # scope="function": the commit runs when the handler returns, before the response is sent,

@@ -29,7 +29,7 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.deps import get_db_session
+from api.deps import get_db_session, session_scope
 from api.main import create_app
 from submissions.db import create_db_engine, create_session_factory
 from submissions.migrations import upgrade_to_head
@@ -159,15 +159,7 @@ def app_factory(session_factory: sessionmaker[Session]) -> Callable[..., TestCli
         app = create_app(settings)
 
         def override_session() -> Iterator[Session]:
-            session = session_factory()
-            try:
-                yield session
-                session.commit()
-            except BaseException:
-                session.rollback()
-                raise
-            finally:
-                session.close()
+            yield from session_scope(session_factory)
 
         app.dependency_overrides[get_db_session] = override_session
         client = TestClient(app)
