@@ -72,8 +72,7 @@ def test_pyproject_declares_the_console_scripts():
 
 
 def test_alembic_runs_from_the_project_root():
-    if not (REPO / "alembic" / "env.py").exists():
-        pytest.skip("alembic/env.py does not exist yet (migrations are being written)")
+    assert (REPO / "alembic" / "env.py").exists(), "the migration step runs alembic/env.py"
     ini = REPO / "alembic.ini"
     assert ini.exists(), "`alembic upgrade head` runs from the root: alembic.ini must be there"
     parser = configparser.ConfigParser(interpolation=None)
@@ -104,8 +103,7 @@ _WITHOUT_TORCH = textwrap.dedent(
 @pytest.mark.parametrize("argv", [["serve", "--help"], ["worker", "--help"], ["students", "add", "--help"]])
 def test_grader_subcommands_exist_and_need_no_torch(argv):
     missing = [p for p in ("grader/cli.py", "submissions/cli.py") if not (REPO / p).exists()]
-    if missing:
-        pytest.skip(f"{', '.join(missing)} not written yet (the CLI is being written)")
+    assert not missing, f"compose runs these console commands, but {', '.join(missing)} is missing"
     done = subprocess.run([sys.executable, "-c", _WITHOUT_TORCH, *argv], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, f"grader {' '.join(argv)}:\n{done.stdout}\n{done.stderr}"

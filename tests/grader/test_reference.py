@@ -5,7 +5,6 @@ code says the verdict: 0 passed, 1 failed, 2 error caused by the submission, 3 i
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -21,8 +20,6 @@ from grader.runner import exit_code
 
 pytestmark = requires_bwrap
 
-HAS_CLI = importlib.util.find_spec("grader.cli") is not None
-needs_cli = pytest.mark.skipif(not HAS_CLI, reason="grader/cli.py does not exist yet")
 CLI_TIMEOUT_S = 600
 
 
@@ -68,8 +65,6 @@ def _cli_env() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def cli_runs(tmp_path_factory) -> dict:
     """Every command line run of this module, started at once (separate processes), then awaited."""
-    if not HAS_CLI:
-        return {}
     work = tmp_path_factory.mktemp("grader-cli")  # a private folder as the worker's cwd
     out_file = work / "wrong.json"
     commands = {
@@ -97,7 +92,6 @@ def _explain(run: dict) -> str:
     return f"exit {run['code']}\nstdout: {run['stdout'][-2000:]}\nstderr: {run['stderr'][-2000:]}"
 
 
-@needs_cli
 def test_cli_reference_exits_0_with_the_json_on_stdout(cli_runs):
     run = cli_runs["reference"]
     assert run["code"] == 0, _explain(run)
@@ -108,7 +102,6 @@ def test_cli_reference_exits_0_with_the_json_on_stdout(cli_runs):
     assert all(c["passed"] for c in document["checks"])
 
 
-@needs_cli
 def test_cli_failed_verdict_exits_1_and_writes_the_file(cli_runs):
     run = cli_runs["wrong"]
     assert run["code"] == 1, _explain(run)
@@ -117,7 +110,6 @@ def test_cli_failed_verdict_exits_1_and_writes_the_file(cli_runs):
     assert {c["name"] for c in document["checks"] if not c["passed"]} == {"triton_kernel"}
 
 
-@needs_cli
 def test_cli_submission_error_exits_2(cli_runs):
     run = cli_runs["syntax"]
     assert run["code"] == 2, _explain(run)
@@ -125,12 +117,10 @@ def test_cli_submission_error_exits_2(cli_runs):
     assert document["verdict"] == "error" and document["error"]["kind"] == "syntax"
 
 
-@needs_cli
 def test_cli_missing_file_is_an_infrastructure_error(cli_runs):
     assert cli_runs["no_such_file"]["code"] == 3, _explain(cli_runs["no_such_file"])
 
 
-@needs_cli
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 def test_cli_cuda_without_a_gpu_exits_3(cli_runs):
     run = cli_runs["cuda_missing"]

@@ -145,8 +145,7 @@ def _real_grader_available() -> bool:
 
 
 def test_real_grader_passes_the_reference_and_fails_a_wrong_kernel(tmp_path: Path) -> None:
-    if not _real_grader_available():
-        pytest.skip("`python -m grader check` is not available yet")
+    assert _real_grader_available(), "`python -m grader check --help` failed: the grader CLI is broken"
     reference = REFERENCE.read_text()
     wrong = reference.replace("g - dot", "g + dot")
     assert wrong != reference
@@ -172,6 +171,11 @@ def test_real_grader_passes_the_reference_and_fails_a_wrong_kernel(tmp_path: Pat
 
             started = time.monotonic()
             bodies = wait_until(finished, timeout=300, interval=1.0, message="real gradings")
+            board = client.get("/api/v1/leaderboard", headers=instructor)
+    assert board.status_code == 200, board.text
+    # The passing reference is on the board (no GPU here, so among the unbenchmarked passes);
+    # the failing kernel is not.
+    assert [row["submission_id"] for row in board.json()["rows"]] == [ids["reference"]], board.text
     reference_body, wrong_body = bodies["reference"], bodies["wrong"]
     assert reference_body["status"] == "passed", (reference_body["error"],
                                                   reference_body["grader_stderr"])
