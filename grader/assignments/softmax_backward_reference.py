@@ -8,16 +8,21 @@
 they are multiplied; each row is reduced once in float32; the result is returned as a fresh
 contiguous tensor of the input dtype.
 
-Three kernels, chosen by the row length N (see `_plan`):
+Four kernels, chosen by the row length N (see `_plan`):
 
 * `_softmax_bwd_rows_kernel` (short and medium rows): one pass. A program loads a
   [ROWS, BLOCK_N] tile (several whole rows), reduces each row and writes dx. Every element is
   read once from y, once from g and written once: 3 memory accesses per element.
-* `_softmax_bwd_looped_kernel` (long rows, enough of them to fill the GPU): one program per
-  row (a persistent grid walks rows), two passes over the row in chunks of BLOCK_N. The second
-  pass walks the chunks in reverse order, so the chunks it reads first are the ones the first
-  pass read last and are still in L2. Between 3 and 5 DRAM accesses per element depending on
-  how much of the row survives in L2.
+* `_softmax_bwd_twopass_kernel` (rows of 16385 to 32768, enough of them to fill the GPU): one
+  program per row, two passes over it. The first pass reads y and g and asks L2 to keep them
+  (evict_last); the second reads them again, mostly from L2, and writes dx. The row length is
+  a compile-time constant, so each row length compiles once (as torch.compile's kernel does;
+  with a runtime length the same kernel was 15-20% slower on the H200, docs/benchmarks.md).
+* `_softmax_bwd_looped_kernel` (longer rows, enough of them to fill the GPU): a persistent grid
+  walks rows, two passes over each row in chunks of BLOCK_N. The second pass walks the chunks
+  in reverse order, so the chunks it reads first are the ones the first pass read last and are
+  still in L2. Between 3 and 5 DRAM accesses per element depending on how much of the row
+  survives in L2.
 * `_softmax_bwd_partial_dot_kernel` + `_softmax_bwd_split_out_kernel` (long rows, few of
   them): the row is split across programs. Kernel 1 writes one fp32 partial dot product per
   (row, segment); kernel 2 sums a row's partials and writes its segment of dx, visiting
@@ -65,6 +70,43 @@ def _softmax_bwd_rows_kernel(
     dx = y * (g - dot[:, None])
     tl.store(dx_ptr + rows[:, None] * stride_dxm + cols[None, :],
              dx.to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _softmax_bwd_twopass_kernel(
+    y_ptr, g_ptr, dx_ptr,
+    stride_ym, stride_yn, stride_gm, stride_gn, stride_dxm,
+    N: tl.constexpr, BLOCK_N: tl.constexpr, INT64: tl.constexpr,
+):
+    """Program r handles row r: pass 1 sums y*g over the row in BLOCK_N chunks (loads kept in
+    L2, evict_last); pass 2 reads the row again (evict_first) and writes dx.
+
+    N, the row length, is a compile-time constant: the loop trip counts and masks are then
+    known to the compiler. Tiles are [1, BLOCK_N] and the accumulator is masked with
+    tl.where, the form torch.compile (Inductor) emits and the form that was timed
+    (scripts/tune_reference.py, `iv_row64`/`iv_strided`, docs/benchmarks.md).
+    """
+    row = tl.program_id(0).to(tl.int64)
+    y_row = y_ptr + row * stride_ym
+    g_row = g_ptr + row * stride_gm
+    dx_row = dx_ptr + row * stride_dxm
+    offs = tl.arange(0, BLOCK_N)[None, :]
+    if INT64:
+        offs = offs.to(tl.int64)
+    acc = tl.full([1, BLOCK_N], 0, tl.float32)
+    for start in tl.range(0, N, BLOCK_N):
+        cols = start + offs
+        mask = cols < N
+        y = tl.load(y_row + cols * stride_yn, mask, eviction_policy="evict_last", other=0.0).to(tl.float32)
+        g = tl.load(g_row + cols * stride_gn, mask, eviction_policy="evict_last", other=0.0).to(tl.float32)
+        acc = tl.where(mask, acc + y * g, acc)
+    dot = tl.sum(acc, 1)[:, None]
+    for start in tl.range(0, N, BLOCK_N):
+        cols = start + offs
+        mask = cols < N
+        y = tl.load(y_row + cols * stride_yn, mask, eviction_policy="evict_first", other=0.0).to(tl.float32)
+        g = tl.load(g_row + cols * stride_gn, mask, eviction_policy="evict_first", other=0.0).to(tl.float32)
+        tl.store(dx_row + cols, (y * (g - dot)).to(dx_ptr.dtype.element_ty), mask)
 
 
 @triton.jit
@@ -195,13 +237,13 @@ _GPU_ROWS_TABLE = {
 # Longer rows: a plan per (element size in bytes, row-length bucket 32768 or 131072 = longer).
 # "grid_per_sm" sizes the persistent grid of the looped kernel; "EVICT" turns on the L2
 # eviction hints (keep the row for the second pass). The sweep that chose these is in
-# docs/benchmarks/ (BEGIN/END TUNED is rewritten by `scripts/gpu_bench.py --tune`). The fp32
-# 32768 entry (chunks of 8192 over 32 warps) comes from scripts/tune_reference.py (2026-11-29),
-# a plan the --tune sweep does not try.
+# docs/benchmarks/ (BEGIN/END TUNED is rewritten by `scripts/gpu_bench.py --tune`). The 32768
+# entries (the two-pass kernel with torch.compile's block sizes: the whole fp32 row, or half a
+# 2-byte row, over 32 warps) come from scripts/tune_reference.py (2026-11-29).
 # BEGIN TUNED
 _GPU_LONG_PLANS = {
-    (4, 32768): {'kind': 'looped', 'BLOCK_N': 8192, 'num_warps': 32, 'STAGES': 1, 'EVICT': True, 'grid_per_sm': 1},
-    (2, 32768): {'kind': 'rows', 'ROWS': 1, 'BLOCK_N': 32768, 'num_warps': 32},
+    (4, 32768): {'kind': 'twopass', 'BLOCK_N': 32768, 'num_warps': 32},
+    (2, 32768): {'kind': 'twopass', 'BLOCK_N': 16384, 'num_warps': 32},
     (4, 131072): {'kind': 'looped', 'BLOCK_N': 8192, 'num_warps': 16, 'STAGES': 3, 'EVICT': True, 'grid_per_sm': 2},
     (2, 131072): {'kind': 'looped', 'BLOCK_N': 8192, 'num_warps': 16, 'STAGES': 3, 'EVICT': True, 'grid_per_sm': 2},
 }
@@ -240,6 +282,8 @@ def _plan(m: int, n: int, elem_size: int, device: torch.device) -> dict:
     plan = dict(_GPU_LONG_PLANS.get((elem_size, bucket)) or _GPU_LONG_PLANS[(4, bucket)])
     if plan["kind"] == "rows":
         plan["BLOCK_N"] = block_n
+    if plan["kind"] == "twopass":
+        plan["BLOCK_N"] = min(plan["BLOCK_N"], block_n)
     if plan["kind"] == "looped":
         plan["grid"] = min(m, sms * plan.pop("grid_per_sm", 2))
     return plan
@@ -294,6 +338,10 @@ def _launch(y: torch.Tensor, g: torch.Tensor, dx: torch.Tensor, plan: dict) -> N
         _softmax_bwd_rows_kernel[grid](
             y, g, dx, m, n, *strides, dx.stride(0),
             ROWS=plan["ROWS"], BLOCK_N=plan["BLOCK_N"], INT64=int64, num_warps=plan["num_warps"])
+    elif plan["kind"] == "twopass":
+        _softmax_bwd_twopass_kernel[(m,)](
+            y, g, dx, *strides, dx.stride(0),
+            N=n, BLOCK_N=plan["BLOCK_N"], INT64=int64, num_warps=plan["num_warps"])
     elif plan["kind"] == "looped":
         _softmax_bwd_looped_kernel[(plan["grid"],)](
             y, g, dx, m, n, *strides, dx.stride(0),
