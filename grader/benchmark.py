@@ -31,8 +31,10 @@ Entry points (the CLI and the runner call these; keyword-only options):
 Who does what: two child processes time (grader/harness/bench_child.py): one, in the sandbox,
 imports the submission and times only it; the other never imports it and times the peers
 (the assignment's baseline ``torch_fp32_expression``, ``aten_softmax_backward_data``, the
-course ``reference`` kernel, ``torch_compile_fp32_expression``) and the device-to-device copy
-bandwidth, so a submission cannot slow its comparisons down. This process keeps the
+course ``reference`` kernel, ``torch_compile_fp32_expression``), the device-to-device copy
+bandwidth and, per row, ``torch.add(y, g)`` of the row's shape (``same_shape_add``: the same
+3 accesses per element with no reduction, what streaming those bytes costs at that size), so
+a submission cannot slow its comparisons down. This process keeps the
 statistics: it re-verifies the outputs of timed calls against the fp64 oracle on values it
 regenerates from the same seeds, flags times faster than the bandwidth floor allows, checks the
 event/wall-clock cross-check, and computes the headline: the geometric mean over rows of
@@ -508,8 +510,16 @@ def assemble(*, student_doc: dict, student_info: dict | None, peers_doc: dict, r
             if s and b:
                 ratio[method] = s / b
                 speedup[method] = b / s
-        aten_graph = _median(impls.get("aten_softmax_backward_data", {}).get("graph"))
         s_graph = _median(impls[STUDENT].get("graph"))
+        add = p_entry.get("same_shape_add") or {}
+        add_graph = _median(add.get("graph"))
+        if add_graph and add_graph > 0:
+            same_shape_add = {"what": add.get("what"), "graph_s": add_graph,
+                              "bandwidth_fraction_3_access": floor3 / add_graph if bandwidth else None,
+                              "student_time_over_add": s_graph / add_graph if s_graph else None}
+        else:
+            same_shape_add = {"error": add.get("error") or "not measured"}
+        aten_graph = _median(impls.get("aten_softmax_backward_data", {}).get("graph"))
         ranked = not flags and "graph" in speedup
         if ranked:
             speedups_graph.append(speedup["graph"])
@@ -530,6 +540,7 @@ def assemble(*, student_doc: dict, student_info: dict | None, peers_doc: dict, r
             "ratio_student_over_baseline": ratio,
             "speedup_vs_baseline": speedup,
             "student_bandwidth_fraction_3_access": impls[STUDENT].get("bandwidth_fraction_3_access", {}),
+            "same_shape_add": same_shape_add,
             "flags": flags,
             "ranked": ranked,
             "scope": f"{m}x{n} {dtype}. " + METHOD_SCOPE.format(sets=options.sets, flush_mib=int(flush_bytes or 0) >> 20,
@@ -672,13 +683,14 @@ def print_benchmark(result: dict, console) -> None:
         impls = row["impls"]
         get = lambda name, method: _median(impls.get(name, {}).get(method))  # noqa: E731
         frac = row.get("student_bandwidth_fraction_3_access", {}).get("graph")
+        add_frac = (row.get("same_shape_add") or {}).get("bandwidth_fraction_3_access")
         table.add_row(
             row["id"], _us(get(STUDENT, "graph")), _us(get(STUDENT, "event")), _us(get(BASELINE, "graph")),
             _us(get("aten_softmax_backward_data", "graph")), _us(get("reference", "graph")),
             _us(get("torch_compile_fp32_expression", "graph")),
             f"{row['speedup_vs_baseline'].get('graph', float('nan')):.2f}x",
             f"{row['speedup_vs_baseline'].get('event', float('nan')):.2f}x",
-            "-" if frac is None else f"{frac:.0%}",
+            "-" if frac is None else f"{frac:.0%}" + (f" (add {add_frac:.0%})" if add_frac else ""),
             "; ".join(row["flags"])[:80] or "ok",
         )
     console.print(table)

@@ -19,7 +19,8 @@ with their original identities afterwards (``tampered`` lists those a submission
 Protocol (WORKDIR, bound read-write):
 - ``bench_plan.json``  written by the parent: mode, rows (id, m, n, dtype, seed), settings.
 - ``bench_progress.json``  rewritten after each row (results so far).
-- ``bench_result.json``    written last: environment, copy bandwidth (peers), per-row timings.
+- ``bench_result.json``    written last: environment, copy bandwidth (peers), per-row timings
+  (peers also time ``torch.add(y, g)`` of each row's shape: ``same_shape_add``).
 - ``bench_out_<row>.safetensors``  outputs of timed calls, per implementation and method:
   ``<impl>|<method>|full`` (one whole output, when asked) and ``<impl>|<method>|set<k>``
   (sampled rows of the last timed call on buffer set k; the row indices are in the JSON).
@@ -582,6 +583,33 @@ def measure_copy_bandwidth(opts: dict, timer: Timer) -> dict:
     }
 
 
+def time_same_shape_add(timer: Timer, sets: list) -> dict:
+    """Graph time (seconds per call) of ``torch.add(y, g)`` on one row's own buffer sets.
+
+    The same accesses as softmax_backward (read y, read g, write one tensor of the same shape
+    and dtype: 3 x M x N x element size bytes) with no reduction and no arithmetic to speak
+    of, timed by the same graph method. It measures what streaming those bytes costs on this
+    device at this size, fixed per-call costs included (the launch after the flush, the
+    ramp-up and tail of the grid, the write-back of dirty L2 lines), which the floor from a
+    1 GiB copy does not see. Reported beside the rows, never ranked.
+    """
+
+    def call(k: int):
+        y, g = sets[k]
+        return torch.add(y, g)
+
+    try:
+        for k in range(len(sets)):
+            call(k)
+        _sync()
+        stats, _ = timer.graph(call, len(sets))
+        timer._keep = None
+        return {"what": "torch.add(y, g) on the row's buffer sets: 2 reads + 1 write per element, no reduction",
+                "graph": stats}
+    except Exception as exc:  # noqa: BLE001 - a missing figure must not cost the peers' timings
+        return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+
+
 # ---- peers ------------------------------------------------------------------------------
 def torch_fp32_expression(y: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     """The assignment's named baseline: explicit fp32 VJP (casts, elementwise, one reduction)."""
@@ -700,6 +728,8 @@ def main(workdir: str) -> int:
                 fatal = True
                 break
             gc.collect()
+        if mode == "peers" and opts.get("same_shape_add", True) and not fatal:
+            entry["same_shape_add"] = time_same_shape_add(timer, sets)
         if mode == "student":
             entry["tampered"] = tampered()
         if saved:

@@ -233,7 +233,9 @@ def _docs(student_graph=(100e-6, 100e-6), **student_kwargs):
                  "torch_fp32_expression": _impl(300e-6, 200e-6 * (i + 1)),
                  "aten_softmax_backward_data": _impl(120e-6, 110e-6),
                  "reference": _impl(90e-6, 80e-6),
-                 "torch_compile_fp32_expression": _impl(150e-6, 100e-6)}} for i, r in enumerate(rows)]}
+                 "torch_compile_fp32_expression": _impl(150e-6, 100e-6)},
+                       "same_shape_add": {"what": "torch.add(y, g)", "graph": _stats(80e-6)}}
+                      for i, r in enumerate(rows)]}
     student = {"rows": [{"id": r["id"], "impls": {"student": _impl(student_graph[i] * 1.2, student_graph[i], **student_kwargs)},
                          "tampered": []} for i, r in enumerate(rows)], "tampered_after_import": []}
     return rows, options, peers, student
@@ -255,6 +257,20 @@ def test_assembled_result_matches_schema_and_headline():
     assert row["student_bandwidth_fraction_3_access"]["graph"] == pytest.approx(floor / 100e-6)
     assert row["ranked"] and row["flags"] == []
     assert "event" in row["scope"] and "graph" in row["scope"]
+    # torch.add of the same shape: 80 us, i.e. floor / 80 us of copy bandwidth; student 100 us = 1.25x it
+    assert row["same_shape_add"]["graph_s"] == pytest.approx(80e-6)
+    assert row["same_shape_add"]["bandwidth_fraction_3_access"] == pytest.approx(floor / 80e-6)
+    assert row["same_shape_add"]["student_time_over_add"] == pytest.approx(1.25)
+
+
+def test_same_shape_add_is_reported_but_never_ranks():
+    rows, options, peers, student = _docs()
+    peers["rows"][0]["same_shape_add"] = {"error": "RuntimeError: capture failed"}
+    del peers["rows"][1]["same_shape_add"]
+    result = bench.assemble(student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
+    assert result["headline"]["value"] == pytest.approx(math.sqrt(8))  # unchanged: not part of the score
+    assert result["rows"][0]["same_shape_add"] == {"error": "RuntimeError: capture failed"}
+    assert result["rows"][1]["same_shape_add"] == {"error": "not measured"}
 
 
 def test_stale_outputs_earn_no_score():
@@ -330,6 +346,7 @@ def test_print_benchmark_renders_a_table():
     bench.print_benchmark(result, console)
     text = console.export_text()
     assert "1024x1024/float32" in text and "headline" in text and "2.828" in text
+    assert "(add 4%)" in text  # 3 x 1024 x 1024 x 4 bytes at 4 TB/s is 3.1 us, 4% of the add's 80 us
 
 
 def test_cheat_kernels_exist_for_each_known_trick():
