@@ -160,6 +160,8 @@ def tune_candidates(m: int, n: int) -> list[dict]:
     out: list[dict] = []
     if triton.next_power_of_2(n) == 32768:
         out.append({"kind": "rows", "ROWS": 1, "BLOCK_N": 32768, "num_warps": 32})
+        for block in (32768, 16384):
+            out.append({"kind": "twopass", "BLOCK_N": block, "num_warps": 32})
     for block, warps, stages, evict in ((8192, 16, 3, True), (4096, 16, 3, True), (4096, 8, 3, True),
                                         (2048, 8, 3, True), (8192, 16, 1, True), (4096, 16, 1, True),
                                         (8192, 16, 3, False)):
@@ -291,7 +293,7 @@ def run_cheats(out_dir: Path, peers_result: dict | None, budget: float, include_
 def summary_table(results: list[dict]) -> None:
     if not results:
         return
-    print("\nrow                    ref graph us  BW3   base us  aten us  comp us  ref/aten  ref/comp  spd graph  spd event")
+    print("\nrow                    ref graph us  BW3  add BW3  base us  aten us  comp us  ref/aten  ref/comp  spd graph  spd event")
     for i, result in enumerate(results):
         bw = (result.get("copy_bandwidth") or {}).get("bytes_per_s") or float("nan")
         print(f"-- run {i}: copy {bw / 1e12:.3f} TB/s, headline {result['headline']['value']}")
@@ -299,7 +301,9 @@ def summary_table(results: list[dict]) -> None:
             im = row["impls"]
             med = lambda k, m="graph": ((im.get(k) or {}).get(m) or {}).get("median_s") or float("nan")  # noqa: E731
             s = med("student")
+            add_bw = (row.get("same_shape_add") or {}).get("bandwidth_fraction_3_access") or float("nan")
             print(f"{row['id']:22s} {s * 1e6:11.1f} {row['student_bandwidth_fraction_3_access'].get('graph', float('nan')):5.2f} "
+                  f"{add_bw:7.2f} "
                   f"{med('torch_fp32_expression') * 1e6:8.1f} {med('aten_softmax_backward_data') * 1e6:8.1f} "
                   f"{med('torch_compile_fp32_expression') * 1e6:8.1f} {s / med('aten_softmax_backward_data'):8.2f} "
                   f"{s / med('torch_compile_fp32_expression'):8.2f} {row['speedup_vs_baseline'].get('graph', float('nan')):9.2f} "
