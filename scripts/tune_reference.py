@@ -26,9 +26,9 @@ Candidate kernels live here; the reference is changed only after a measurement.
   printed), `inductor_red` (Inductor's printed kernel with its sizes as constants), `ind_v`
   (that structure with one difference switched at a time: compile-time row length, int64 row
   offsets, runtime strides, reversed second pass), `looped_v` (chunked two-pass rows with
-  options) and `tp_prefetch` (a persistent two-pass kernel that loads its next row's first
-  chunk during the second pass). `candidates` lists the variants of the last device call; the
-  six calls of 2026-11-29 and what each tried are in docs/benchmarks.md and
+  options), `tp_prefetch` (a persistent two-pass kernel that loads its next row's first
+  chunk during the second pass) and `tp_rows` (several rows per program). `candidates` lists the variants of the last device call; the
+  seven calls of 2026-11-29 and what each tried are in docs/benchmarks.md and
   docs/benchmarks/h200_tune_long_rows_twopass.json. The winner became the reference's
   `_softmax_bwd_twopass_kernel`.
 * probes: an elementwise copy and `torch.add(y, g)` of the rows' shapes (same graph method).
@@ -282,6 +282,42 @@ def tp_prefetch(y_ptr, g_ptr, dx_ptr, M, stride_ym, stride_yn, stride_gm, stride
 
 
 
+@triton.jit
+def tp_rows(y_ptr, g_ptr, dx_ptr, M, stride_ym, stride_yn, stride_gm, stride_gn, stride_dxm,
+            N: tl.constexpr, XB: tl.constexpr, BLOCK_N: tl.constexpr, SCALAR_ACC: tl.constexpr):
+    """The reference's two-pass kernel over XB rows at once ([XB, BLOCK_N] chunks), so that each
+    change of phase (pass 1, reduction, pass 2) is paid once per XB rows. SCALAR_ACC reduces
+    each chunk at once instead of keeping an [XB, BLOCK_N] accumulator (fewer registers)."""
+    rows = tl.program_id(0).to(tl.int64) * XB + tl.arange(0, XB)
+    rmask = (rows < M)[:, None]
+    y_rows = y_ptr + rows[:, None] * stride_ym
+    g_rows = g_ptr + rows[:, None] * stride_gm
+    dx_rows = dx_ptr + rows[:, None] * stride_dxm
+    offs = tl.arange(0, BLOCK_N)[None, :]
+    if SCALAR_ACC:
+        dot = tl.zeros([XB], dtype=tl.float32)
+    else:
+        acc = tl.zeros([XB, BLOCK_N], dtype=tl.float32)
+    for start in tl.range(0, N, BLOCK_N):
+        cols = start + offs
+        mask = rmask & (cols < N)
+        y = tl.load(y_rows + cols * stride_yn, mask, eviction_policy="evict_last", other=0.0).to(tl.float32)
+        g = tl.load(g_rows + cols * stride_gn, mask, eviction_policy="evict_last", other=0.0).to(tl.float32)
+        if SCALAR_ACC:
+            dot += tl.sum(y * g, 1)
+        else:
+            acc = tl.where(mask, acc + y * g, acc)
+    if not SCALAR_ACC:
+        dot = tl.sum(acc, 1)
+    dot2 = dot[:, None]
+    for start in tl.range(0, N, BLOCK_N):
+        cols = start + offs
+        mask = rmask & (cols < N)
+        y = tl.load(y_rows + cols * stride_yn, mask, eviction_policy="evict_first", other=0.0).to(tl.float32)
+        g = tl.load(g_rows + cols * stride_gn, mask, eviction_policy="evict_first", other=0.0).to(tl.float32)
+        tl.store(dx_rows + cols, (y * (g - dot2)).to(dx_ptr.dtype.element_ty), mask)
+
+
 def baseline_fp32_expression(y: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     y32, g32 = y.float(), g.float()
     return (y32 * (g32 - (y32 * g32).sum(dim=-1, keepdim=True))).to(y.dtype)
@@ -326,6 +362,10 @@ def launch(y: torch.Tensor, g: torch.Tensor, dx: torch.Tensor, plan: dict, sms: 
         grid = (min(n_tiles, plan["per_sm"] * sms) if opts["PERSIST"] else n_tiles,)
         return [looped_v[grid](y, g, dx, m, n, *strides, dx.stride(0), BLOCK_N=plan["BLOCK_N"],
                                num_warps=plan["num_warps"], **opts)]
+    if plan["kind"] == "tp_rows":
+        return [tp_rows[(triton.cdiv(m, plan["XB"]),)](y, g, dx, m, *strides, dx.stride(0), N=n, XB=plan["XB"],
+                                                        BLOCK_N=plan["BLOCK_N"], SCALAR_ACC=plan.get("SCALAR_ACC", False),
+                                                        num_warps=plan["num_warps"])]
     if plan["kind"] == "tp_prefetch":
         grid = (min(m, plan["per_sm"] * sms),)
         return [tp_prefetch[grid](y, g, dx, m, *strides, dx.stride(0), N=n, BLOCK_N=plan["BLOCK_N"],
@@ -371,12 +411,14 @@ def candidates(m: int, n: int, elem: int, sms: int, current: dict) -> list[tuple
     else:  # 1024x32768: one program per row, two passes, the second re-reading the row from L2
         # torch.compile's choice on the H200 (torch 2.11): XBLOCK 1, R0_BLOCK 32768 (fp32) or 16384
         # (2-byte), 32 warps, evict_last loads in pass 1, evict_first loads in pass 2.
-        # persistent two-pass kernel prefetching the next row's first chunk during the second pass
-        cfgs = ((16384, 32, 2), (16384, 32, 1), (8192, 16, 2), (8192, 16, 3), (8192, 32, 2)) if elem == 2 else \
-            ((16384, 32, 1), (16384, 32, 2), (8192, 16, 2))
-        for block, warps, per_sm in cfgs:
-            out.append((f"tp_pf_{block}w{warps}_p{per_sm}", {"kind": "tp_prefetch", "BLOCK_N": block,
-                                                             "num_warps": warps, "per_sm": per_sm}))
+        # several rows per program, so each change of phase is paid once per XB rows
+        cfgs = ((2, 16384, 32, False), (2, 8192, 32, False), (4, 8192, 32, False), (2, 16384, 32, True),
+                (1, 16384, 32, True), (1, 8192, 16, True), (2, 4096, 16, True), (4, 4096, 32, True))
+        if elem == 4:
+            cfgs = ((2, 16384, 32, False), (2, 8192, 32, False), (1, 16384, 32, True))
+        for xb, block, warps, scalar in cfgs:
+            out.append((f"tp_rows{xb}_{block}w{warps}{'_sacc' if scalar else ''}",
+                        {"kind": "tp_rows", "XB": xb, "BLOCK_N": block, "num_warps": warps, "SCALAR_ACC": scalar}))
     return out
 
 
@@ -398,7 +440,7 @@ def compile_only() -> int:
         elem = 4 if dname == "float32" else 2
         current = ref._plan(m, n, elem, torch.device("cuda"))
         for name, plan in candidates(m, n, elem, 132, current):
-            if plan["kind"] in ("inductor", "ind_v", "tp_prefetch"):  # timed on the GPU only
+            if plan["kind"] in ("inductor", "ind_v", "tp_prefetch", "tp_rows"):  # timed on the GPU only
                 continue
             t = tys[dname]
             if plan["kind"] in ("rows", "rows_v"):
