@@ -18,7 +18,7 @@ from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from api.deps import SettingsDep
-from submissions.assignments import DEFAULT_ASSIGNMENT
+from grader.manifest import DEFAULT_ASSIGNMENT
 from submissions.errors import UploadMalformed, UploadMissingFile, UploadTooLarge
 
 #: Allowance for multipart boundaries, part headers and the small form fields.

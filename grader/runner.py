@@ -8,7 +8,6 @@ writes back output tensors, which are read here as plain numbers.
 
 from __future__ import annotations
 
-import ast
 import importlib.metadata
 import json
 import platform
@@ -24,8 +23,10 @@ from safetensors.torch import load_file, save_file
 
 from grader.assignments import get_assignment
 from grader.checks import CheckResult
+from grader.manifest import get_manifest
 from grader.sandbox import ChildOutcome, SandboxUnavailable, bwrap_version, run_sandboxed
 from grader.settings import GraderSettings
+from grader.source_validation import SourceRejected, validate_source
 
 HARNESS = Path(__file__).parent / "harness" / "check_child.py"
 SCHEMA_VERSION = 1
@@ -56,35 +57,6 @@ def resolve_device(device: str) -> str:
     if device not in ("cpu", "cuda"):
         raise InfrastructureError(f"unknown device {device!r} (use cpu, cuda or auto)")
     return device
-
-
-def static_problem(source: str, function_name: str) -> dict | None:
-    """Errors found without running anything: syntax, and the top-level function's presence.
-
-    Returns:
-        An ``error`` object (kind ``syntax`` or ``missing_function``) or None.
-    """
-    try:
-        tree = ast.parse(source, filename="softmax_backward.py")
-    except SyntaxError as exc:
-        return {
-            "kind": "syntax",
-            "message": f"line {exc.lineno}, column {exc.offset}: {exc.msg}",
-            "line": exc.lineno,
-            "column": exc.offset,
-        }
-    except ValueError as exc:  # e.g. null bytes
-        return {"kind": "syntax", "message": str(exc)}
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == function_name:
-            return None
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == function_name for t in node.targets):
-            return None
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == function_name:
-            return None
-        if isinstance(node, (ast.Import, ast.ImportFrom)) and any((a.asname or a.name) == function_name for a in node.names):
-            return None
-    return {"kind": "missing_function", "message": f"no top-level function named {function_name!r} (def {function_name}(y, g): ...)"}
 
 
 def _environment_versions(device: str) -> dict:
@@ -336,15 +308,13 @@ def grade_source(
         "timings_s": {},
         "log": {"text": "", "truncated": False, "total_bytes": 0},
     }
-    problem = None
-    if isinstance(source, bytes):
-        try:
-            source = source.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            problem = {"kind": "syntax", "message": f"the file is not UTF-8 text: {exc}"}
-    problem = problem or static_problem(source, module.FUNCTION_NAME)
-    if problem is not None:
-        document["error"] = problem
+    try:
+        source = validate_source(source, get_manifest(assignment))
+    except SourceRejected as exc:
+        # The upload API refuses these files with the same rules (grader/source_validation.py).
+        problem = exc.problem
+        kind = "missing_function" if problem.kind == "missing_function" else "syntax"
+        document["error"] = {"kind": kind, "message": problem.message, **problem.details}
         document["duration_s"] = time.monotonic() - started
         return document
 

@@ -6,7 +6,6 @@ dependency owns the transaction). They raise the domain exceptions of submission
 
 from __future__ import annotations
 
-import ast
 import datetime as dt
 import hashlib
 import math
@@ -16,8 +15,11 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
+from grader.manifest import AssignmentManifest, get_manifest
+from grader.manifest import UnknownAssignment as UnknownManifest
+from grader.source_validation import SourceRejected
+from grader.source_validation import validate_source as validate_source_text
 from submissions import repository
-from submissions.assignments import ASSIGNMENTS, AssignmentEntry
 from submissions.errors import (
     MissingFunction,
     RateLimited,
@@ -121,13 +123,12 @@ def authenticate_student(session: Session, *, token: str) -> Student | None:
 # --------------------------------------------------------------------------- uploads
 
 
-def resolve_assignment(name: str) -> AssignmentEntry:
-    """The registry entry for `name`. Raises UnknownAssignment."""
+def resolve_assignment(name: str) -> AssignmentManifest:
+    """The manifest entry for `name` (grader/manifest.py). Raises UnknownAssignment."""
     try:
-        return ASSIGNMENTS[name]
-    except KeyError:
-        known = ", ".join(sorted(ASSIGNMENTS))
-        raise UnknownAssignment(f"unknown assignment {name!r}; known: {known}") from None
+        return get_manifest(name)
+    except UnknownManifest as exc:
+        raise UnknownAssignment(str(exc)) from None
 
 
 def display_filename(client_filename: str | None) -> str | None:
@@ -139,56 +140,36 @@ def display_filename(client_filename: str | None) -> str | None:
     return printable[:255] or None
 
 
-def validate_source(upload: bytes, *, assignment: AssignmentEntry, max_bytes: int) -> str:
+#: The API's error for each kind of problem the shared source validator reports.
+_SOURCE_ERRORS = {
+    "not_utf8": SourceNotUtf8,
+    "empty": UploadEmpty,
+    "syntax": SourceSyntaxError,
+    "missing_function": MissingFunction,
+}
+
+
+def validate_source(upload: bytes, *, assignment: AssignmentManifest, max_bytes: int) -> str:
     """Check an uploaded file before it is queued and return it as text.
+
+    The rules are grader/source_validation.py's, the same that ``grader check`` applies.
 
     Raises:
         UploadTooLarge: more than `max_bytes` bytes.
         SourceNotUtf8: not UTF-8.
         UploadEmpty: no bytes, or only whitespace (and perhaps a byte-order mark).
         SourceSyntaxError: not valid Python (details: line, column).
-        MissingFunction: no top-level ``def <assignment.function>``.
+        MissingFunction: the assignment's function is not bound at module level.
     """
     if len(upload) > max_bytes:
         raise UploadTooLarge(
             f"the file is larger than {max_bytes} bytes", max_bytes=max_bytes
         )
     try:
-        source = upload.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SourceNotUtf8(
-            f"the file is not UTF-8 text (invalid byte at offset {exc.start})",
-            byte_offset=exc.start,
-        ) from None
-    if not source.lstrip("\ufeff").strip():
-        what = "is empty (0 bytes)" if not upload else "contains only whitespace"
-        raise UploadEmpty(
-            f"the uploaded file {what}: send your kernel's Python source in the field `file`",
-            bytes=len(upload),
-        )
-    try:
-        module = ast.parse(source, filename="submission.py")
-    except SyntaxError as exc:
-        raise SourceSyntaxError(
-            f"not valid Python: {exc.msg} (line {exc.lineno}, column {exc.offset})",
-            line=exc.lineno,
-            column=exc.offset,
-        ) from None
-    except (ValueError, RecursionError, MemoryError) as exc:
-        # ValueError: NUL bytes (Python 3.11); the others: pathological nesting.
-        raise SourceSyntaxError(
-            f"not valid Python: {type(exc).__name__}: {exc}", line=None, column=None
-        ) from None
-    top_level_functions = {
-        node.name for node in module.body if isinstance(node, ast.FunctionDef)
-    }
-    if assignment.function not in top_level_functions:
-        raise MissingFunction(
-            f"the file defines no top-level function `def {assignment.function}(...)` "
-            f"(required by assignment {assignment.name!r})",
-            function=assignment.function,
-        )
-    return source
+        return validate_source_text(upload, assignment)
+    except SourceRejected as exc:
+        problem = exc.problem
+        raise _SOURCE_ERRORS[problem.kind](problem.message, **problem.details) from None
 
 
 def enforce_rate_limit(

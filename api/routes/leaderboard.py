@@ -11,8 +11,8 @@ from fastapi.responses import Response
 
 from api.deps import CurrentPrincipal, SessionDep
 from api.schemas import Leaderboard, LeaderboardRow
+from grader.manifest import DEFAULT_ASSIGNMENT
 from submissions import repository, service
-from submissions.assignments import DEFAULT_ASSIGNMENT
 
 router = APIRouter(prefix="/api/v1/leaderboard", tags=["leaderboard"])
 
