@@ -36,7 +36,7 @@ test: $(STAMP)
 
 # Grade the bundled reference solution with the CPU interpreter (no GPU needed).
 check-reference: $(STAMP)
-	$(VENV)/bin/grader check grader/assignments/softmax_backward_reference.py
+	$(VENV)/bin/grader check grader/assignments/softmax_backward/reference.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache

@@ -1,4 +1,4 @@
-"""Building blocks shared by assignments: check results, tolerances, scale-aware comparison.
+"""Building blocks shared by assignments: tolerances and scale-aware comparison.
 
 A check's verdict is decided here, in the trusted parent, from tensors it read back from the
 child as plain numbers. Nothing the submission printed or returned as metadata can pass a
@@ -7,27 +7,9 @@ comparison.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
-
-
-@dataclass
-class CheckResult:
-    """Verdict of one named check, as stored and shown to students.
-
-    ``skipped`` checks could not run on this device; they are listed with the reason and never
-    count as passed.
-    """
-
-    name: str
-    passed: bool
-    message: str
-    skipped: bool = False
-    numbers: dict = field(default_factory=dict)
-
-    def as_json(self) -> dict:
-        return {"name": self.name, "passed": self.passed, "skipped": self.skipped, "message": self.message, **self.numbers}
 
 
 @dataclass(frozen=True)

@@ -1,23 +1,24 @@
 """The ``grader`` console script.
 
-Grading commands live here (``check``, ``benchmark``). The service commands (``serve``,
-``worker``, ``students``, ``submit``) belong to the service layer and are loaded from
-``submissions.cli`` only when asked for, so ``grader check`` works with the grading layer
-alone and the service never imports torch.
+Grading commands live here (``check``, ``benchmark``, ``assignments``, ``template``). The
+service commands (``serve``, ``worker``, ``students``, ``submit``, ...) belong to the service
+layer and are loaded from ``submissions.cli`` only when asked for, so ``grader check`` works
+with the grading layer alone and the service never imports torch.
 
-Exit codes of ``grader check``: 0 passed, 1 failed, 2 error caused by the submission,
-3 infrastructure error (no verdict; the worker retries).
+Exit codes of ``grader check`` (grader.contract.ExitCode): 0 passed, 1 failed, 2 error caused
+by the submission, 3 infrastructure error (no verdict; the worker retries).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import sys
 from pathlib import Path
 
-EXIT_INFRASTRUCTURE = 3
+from grader.contract import ErrorKind, ExitCode, GradingError, ResultDocument, Verdict
+from grader.manifest import DEFAULT_ASSIGNMENT, MANIFESTS
+
 SERVICE_COMMANDS = {
     "serve": "run the API with an embedded worker (SQLite under ./var by default)",
     "worker": "run a standalone grading worker",
@@ -26,10 +27,10 @@ SERVICE_COMMANDS = {
 }
 
 
-def _write_json(document: dict, target: str | None) -> None:
+def _write_json(document: ResultDocument, target: str | None) -> None:
     if target is None:
         return
-    text = json.dumps(document, indent=2, default=str)
+    text = document.to_json()
     if target == "-":
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
@@ -42,7 +43,7 @@ def _check(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from grader.report import render_result
-    from grader.runner import InfrastructureError, exit_code, grade_file
+    from grader.runner import InfrastructureError, grade_file
     from grader.settings import GraderSettings
 
     # With --json -, stdout carries only the JSON document; the table goes to stderr.
@@ -55,41 +56,60 @@ def _check(args: argparse.Namespace) -> int:
     path = Path(args.path)
     if not path.is_file():
         console.print(f"[red]no such file: {path}[/]")
-        return EXIT_INFRASTRUCTURE
+        return ExitCode.INFRASTRUCTURE
     try:
-        document = grade_file(
-            path,
-            assignment=args.assignment,
-            device=args.device,
-            seed=args.seed,
-            settings=settings,
-            benchmark=args.benchmark,
-        )
+        document = grade_file(path, assignment=args.assignment, device=args.device, seed=args.seed,
+                              settings=settings, benchmark=args.benchmark)
     except Exception as exc:  # noqa: BLE001 - any failure of the grader itself is ours, never the student's
         reason = str(exc) if isinstance(exc, InfrastructureError) else f"grader failure: {type(exc).__name__}: {exc}"
-        document = {"verdict": "error", "error": {"kind": "infrastructure", "message": reason}, "checks": []}
+        document = ResultDocument(assignment=args.assignment, verdict=Verdict.ERROR, seed=args.seed,
+                                  error=GradingError(kind=ErrorKind.INFRASTRUCTURE, message=reason))
         _write_json(document, args.json)
         console.print(f"[red]infrastructure error[/]: {reason}")
-        return EXIT_INFRASTRUCTURE
+        return ExitCode.INFRASTRUCTURE
     _write_json(document, args.json)
     if not args.quiet:
         render_result(document, console, source_name=path.name)
-    return exit_code(document)
+    return document.exit_code
 
 
 def _benchmark(args: argparse.Namespace) -> int:
-    from grader import benchmark
+    from grader.benchmark.cli import main_benchmark
 
-    return benchmark.main_benchmark(args)
+    return main_benchmark(args)
+
+
+def _assignments(_args: argparse.Namespace) -> int:
+    for manifest in MANIFESTS.values():
+        print(f"{manifest.name}: {manifest.signature} in {manifest.module_file}\n    {manifest.title}")
+    return 0
+
+
+def _template(args: argparse.Namespace) -> int:
+    from grader.assignments import get_assignment
+
+    text = get_assignment(args.assignment).template_file.read_text(encoding="utf-8")
+    if args.output == "-":
+        sys.stdout.write(text)
+        return 0
+    target = Path(args.output or get_assignment(args.assignment).manifest.module_file)
+    if target.exists():
+        print(f"{target} exists; not overwritten (use --output)", file=sys.stderr)
+        return 1
+    target.write_text(text, encoding="utf-8")
+    print(f"wrote {target}")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the grading commands (service commands are dispatched first)."""
     parser = argparse.ArgumentParser(prog="grader", description="Autograder for student GPU kernels.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    names = sorted(MANIFESTS)
 
     check = commands.add_parser("check", help="grade one file: named checks against fp64 oracles, in a sandbox")
     check.add_argument("path", help="the student's file, e.g. softmax_backward.py")
-    check.add_argument("--assignment", default="softmax_backward")
+    check.add_argument("--assignment", default=DEFAULT_ASSIGNMENT, choices=names)
     check.add_argument("--device", choices=["cpu", "cuda", "auto"], default="auto",
                        help="cpu runs the Triton interpreter (TRITON_INTERPRET=1 in the child only); default: cuda if present")
     check.add_argument("--json", metavar="OUT|-", default=None, help="write the result document to OUT, or to stdout with -")
@@ -105,9 +125,17 @@ def build_parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("benchmark", help="time a kernel on the GPU against the baseline, peers and the bandwidth floor")
     bench.add_argument("path")
     bench.add_argument("--output", default=None, help="write the benchmark JSON here")
-    bench.add_argument("--assignment", default="softmax_backward")
+    bench.add_argument("--assignment", default=DEFAULT_ASSIGNMENT, choices=names)
     bench.add_argument("--unsafe-no-sandbox", action="store_true")
     bench.set_defaults(handler=_benchmark)
+
+    listing = commands.add_parser("assignments", help="list the assignments this grader knows")
+    listing.set_defaults(handler=_assignments)
+
+    template = commands.add_parser("template", help="write an assignment's starter file")
+    template.add_argument("assignment", choices=names)
+    template.add_argument("--output", default=None, help="where to write it (default: the assignment's file name; - for stdout)")
+    template.set_defaults(handler=_template)
 
     for name, help_text in SERVICE_COMMANDS.items():
         service = commands.add_parser(name, help=help_text, add_help=False)

@@ -1,63 +1,82 @@
-"""Human-readable rendering of a result document (rich tables), shared by `grader check` and
-`grader submit`. Takes the JSON document only, so it works on results fetched over HTTP."""
+"""Human-readable rendering of a result document (rich tables), shared by ``grader check`` and
+``grader submit``. Takes the document only (grader/contract.py), so it works on results fetched
+over HTTP as well as on local gradings; needs only rich and pydantic."""
 
 from __future__ import annotations
+
+import math
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from grader.contract import CheckOutcome, ResultDocument
 
-def _error_cell(check: dict) -> str:
-    ratio = check.get("max_err_over_tolerance")
+
+def error_vs_tolerance(check: CheckOutcome) -> str:
+    """The ``err/tol`` cell: the worst error as a fraction of the tolerance ("NaN/inf" when an
+    output was not finite), with the absolute error when it is known; "" for checks that do not
+    compare values."""
+    ratio = check.max_err_over_tolerance
     if ratio is None:
         return ""
-    return f"{ratio:.2g}"
+    text = "NaN/inf" if not math.isfinite(ratio) else f"{ratio:.3g}"
+    if check.max_abs_err is not None and math.isfinite(check.max_abs_err) and math.isfinite(ratio):
+        text += f" ({check.max_abs_err:.2g})"
+    return text
 
 
-def render_result(document: dict, console: Console | None = None, source_name: str | None = None) -> None:
+def render_result(document: ResultDocument | dict[str, Any], console: Console | None = None,
+                  source_name: str | None = None) -> None:
     """Print the per-check table, the error (if any), the captured output and the verdict line.
 
     Args:
-        document: a result document (docs/architecture.md), e.g. from ``grade_source`` or
-            ``GET /api/v1/submissions/{id}``'s ``result``.
+        document: a result document, as the model or as its JSON object.
         console: where to print (default: stdout).
         source_name: the graded file, named in the title.
+
+    Raises:
+        pydantic.ValidationError: ``document`` is a dict that is not a result document.
     """
+    if not isinstance(document, ResultDocument):
+        document = ResultDocument.model_validate(document)
     console = console or Console()
     graded = f"{source_name}: " if source_name else ""
-    table = Table(title=f"{graded}{document.get('assignment', '?')} on {document.get('device', '?')}", show_lines=False)
+    table = Table(title=f"{graded}{document.assignment} on {document.device}", show_lines=False)
     table.add_column("", width=2)
     table.add_column("check")
     table.add_column("err/tol", justify="right")
     table.add_column("details", overflow="fold")
-    for check in document.get("checks", []):
-        mark = "[yellow]-[/]" if check.get("skipped") else ("[green]✓[/]" if check.get("passed") else "[red]✗[/]")
-        table.add_row(mark, check.get("name", "?"), _error_cell(check), str(check.get("message", "")))
-    if document.get("checks"):
+    for check in document.checks:
+        mark = "[yellow]-[/]" if check.skipped else ("[green]✓[/]" if check.passed else "[red]✗[/]")
+        table.add_row(mark, check.name, error_vs_tolerance(check), check.message)
+    if document.checks:
         console.print(table)
     elif source_name:
         console.print(f"{source_name}: no check ran")
-    error = document.get("error")
-    if error:
-        console.print(f"[red]error ({error.get('kind')})[/]: {error.get('message')}", markup=True, highlight=False)
-    benchmark = document.get("benchmark")
-    if benchmark and benchmark.get("headline"):
-        headline = benchmark["headline"]
-        console.print(f"benchmark: {headline.get('name')} = {headline.get('value')}")
-    elif benchmark and benchmark.get("error"):
-        console.print(f"benchmark: {benchmark['error']}")
-    verdict = document.get("verdict", "?")
-    colour = {"passed": "green", "failed": "red"}.get(verdict, "yellow")
-    passed = sum(1 for c in document.get("checks", []) if c.get("passed"))
-    total = len(document.get("checks", []))
-    not_run = sum(1 for c in document.get("checks", []) if c.get("skipped"))
+    if document.error is not None:
+        console.print(f"[red]error ({document.error.kind.value})[/]: {document.error.message}", highlight=False)
+        if document.error.traceback:
+            console.print(document.error.traceback[-2000:], markup=False, highlight=False)
+    for note in document.notes:
+        console.print(f"[yellow]note[/]: {note}", highlight=False)
+    benchmark = document.benchmark
+    if benchmark is not None and benchmark.headline is not None and benchmark.headline.value is not None:
+        console.print(f"benchmark: {benchmark.headline.name} = {benchmark.headline.value:.3f}")
+    elif benchmark is not None and (benchmark.error or (benchmark.headline and benchmark.headline.reason)):
+        console.print(f"benchmark: no score: {benchmark.error or benchmark.headline.reason}")
+    colour = {"passed": "green", "failed": "red"}.get(document.verdict.value, "yellow")
+    passed = sum(1 for c in document.checks if c.passed)
+    not_run = sum(1 for c in document.checks if c.skipped)
     console.print(
-        f"[bold {colour}]{verdict}[/]: {passed}/{total} checks passed" + (f", {not_run} not run" if not_run else "") +
-        f" (seed {document.get('seed')}, {document.get('duration_s', 0):.1f} s, sandbox: {document.get('sandbox')})"
+        f"[bold {colour}]{document.verdict.value}[/]: {passed}/{len(document.checks)} checks passed"
+        + (f", {not_run} not run" if not_run else "")
+        + f" (seed {document.seed}, {document.duration_s:.1f} s, sandbox: {document.sandbox})"
     )
-    log = document.get("log") or {}
-    if log.get("text"):
+    log = document.log
+    if log.text:
         # Shown for passing runs too: students debug with print.
-        shown = log["text"] if verdict != "passed" else log["text"][-1500:]
-        console.print(f"[dim]captured output of the submission ({log.get('total_bytes', 0)} bytes; head and tail):[/]")
+        shown = log.text if document.verdict.value != "passed" else log.text[-1500:]
+        dropped = f"; {log.omitted_bytes} bytes not kept" if log.omitted_bytes else ""
+        console.print(f"[dim]captured output of the submission ({log.total_bytes} bytes{dropped}; head and tail):[/]")
         console.print(shown[-4000:], markup=False, highlight=False)

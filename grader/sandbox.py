@@ -54,14 +54,17 @@ class SandboxUnavailable(RuntimeError):
 
 @dataclass
 class CapturedLog:
-    """Child stdout+stderr: the first and last ``cap/2`` bytes, and how much there was."""
+    """Child stdout+stderr: the first and last ``cap/2`` bytes, how much there was and how much
+    of it is not in ``text`` (bytes)."""
 
     text: str
     truncated: bool
     total_bytes: int
+    omitted_bytes: int = 0
 
     def as_json(self) -> dict:
-        return {"text": self.text, "truncated": self.truncated, "total_bytes": self.total_bytes}
+        return {"text": self.text, "truncated": self.truncated, "total_bytes": self.total_bytes,
+                "omitted_bytes": self.omitted_bytes}
 
 
 @dataclass
@@ -133,7 +136,7 @@ class _OutputCapture(threading.Thread):
         if truncated:
             text += f"\n[... {self.total - kept} bytes of output dropped ...]\n"
         text += self.tail.decode("utf-8", "replace")
-        return CapturedLog(text=text, truncated=truncated, total_bytes=self.total)
+        return CapturedLog(text=text, truncated=truncated, total_bytes=self.total, omitted_bytes=self.total - kept)
 
 
 class ProgressLines(threading.Thread):
@@ -436,9 +439,32 @@ def _bwrap_command(
     command += ["--bind", str(workdir), str(workdir)]
     if cache_dir is not None:
         command += ["--bind", str(cache_dir), str(cache_dir)]
-    command += ["--ro-bind", str(harness), "/harness/" + harness.name]
+    command += ["--ro-bind", str(harness.parent), "/harness"]
     command += ["--chdir", str(workdir), "--", python, "-I", "/harness/" + harness.name, *args]
     return command
+
+
+HARNESS_SOURCE = Path(__file__).resolve().parent / "harness"
+
+
+def stage_harness(destination: Path, extra_files: dict[str, Path] | None = None) -> Path:
+    """Copy the harness scripts (grader/harness/*.py) and ``extra_files`` (name in the folder ->
+    source file, e.g. an assignment's bench.py as ``assignment_bench.py``) into ``destination``,
+    a folder private to one run, which the sandbox binds read-only at /harness.
+
+    Only these files are visible to a child of the grader's code: never the ``grader`` package
+    (which holds the reference solutions).
+
+    Returns:
+        ``destination``.
+    """
+    destination.mkdir(parents=True, exist_ok=True)
+    for source in sorted(HARNESS_SOURCE.glob("*.py")):
+        if source.name != "__init__.py":
+            shutil.copyfile(source, destination / source.name)
+    for name, source in (extra_files or {}).items():
+        shutil.copyfile(source, destination / name)
+    return destination
 
 
 def run_sandboxed(
@@ -454,7 +480,8 @@ def run_sandboxed(
     """Run ``python -I harness args...`` as the untrusted child and wait for it.
 
     Args:
-        harness: one self-contained script (only this file is bound into the sandbox).
+        harness: the script to run, inside a folder made by ``stage_harness`` (that folder is
+            bound read-only at /harness; nothing else of the grader is visible).
         workdir: folder bound read-write at the same path; the submission and the inputs are
             in it, the child writes its outputs there. Must be private to this run.
         device: ``"cpu"`` (sets TRITON_INTERPRET=1 in the child only) or ``"cuda"``.

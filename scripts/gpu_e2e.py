@@ -20,10 +20,10 @@ REPO = Path(__file__).resolve().parent.parent
 # (student, label, file): the reference, a fast-but-different correct kernel, two wrong
 # kernels and two hostile files.
 UPLOADS = [
-    ("alice", "reference", REPO / "grader/assignments/softmax_backward_reference.py"),
-    ("bob", "correct_rowblock", REPO / "tests/corpus/correct/rowblock_split2d.py"),
-    ("alice", "wrong_sum_g", REPO / "tests/corpus/wrong/sum_g_instead_of_dot.py"),
-    ("bob", "wrong_flipped_sign", REPO / "tests/corpus/wrong/flipped_sign.py"),
+    ("alice", "reference", REPO / "grader/assignments/softmax_backward/reference.py"),
+    ("bob", "correct_rowblock", REPO / "tests/corpus/softmax_backward/correct/rowblock_split2d.py"),
+    ("alice", "wrong_sum_g", REPO / "tests/corpus/softmax_backward/wrong/sum_g_instead_of_dot.py"),
+    ("bob", "wrong_flipped_sign", REPO / "tests/corpus/softmax_backward/wrong/flipped_sign.py"),
     ("bob", "hostile_timeout", REPO / "scripts/e2e_files/hostile_timeout.py"),
     ("alice", "hostile_env_leak", REPO / "scripts/e2e_files/hostile_env_leak.py"),
 ]

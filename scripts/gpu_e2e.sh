@@ -48,7 +48,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --f
 #    times the peers (baseline, aten, reference, torch.compile) once; a worker reuses that
 #    result for 6 hours, so later gradings pay only for their own kernel.
 set +e
-"$PYTHON" -m grader check grader/assignments/softmax_backward_reference.py --device cuda --benchmark on \
+"$PYTHON" -m grader check grader/assignments/softmax_backward/reference.py --device cuda --benchmark on \
     --json "$OUTDIR/check_reference.json" \
     >"$OUTDIR/check_reference.txt" 2>&1
 echo "grader check --device cuda exit: $?" | tee -a "$OUTDIR/check_reference.txt"

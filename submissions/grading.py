@@ -2,18 +2,18 @@
 `GradingOutcome`, or an `InfrastructureFailure` when the grading broke for reasons that are
 not the submission's fault (see docs/architecture.md for the contract).
 
-The worker never imports the grader: a CUDA fault, a crash or a hang of the grader parent
-cannot take the worker down. Exit codes: 0 passed, 1 failed, 2 error caused by the
-submission, 3 infrastructure error. Anything else (another code, death by a signal, the
-outer timeout, unparseable or inconsistent output) is also an infrastructure failure:
-we fail closed, never report ``passed`` for it, and never charge the student for it.
+The worker never imports the grading code (torch, triton) and never runs it in its own
+process: a CUDA fault, a crash or a hang of the grader parent cannot take the worker down. It
+imports only the torch-free contract (grader/contract.py): exit codes 0 passed, 1 failed, 2 error
+caused by the submission, 3 infrastructure error, and the result document's one typed
+definition. Anything else (another code, death by a signal, the outer timeout, a document that
+does not validate or contradicts the exit code) is also an infrastructure failure: we fail
+closed, never report ``passed`` for it, and never charge the student for it.
 """
 
 from __future__ import annotations
 
 import ctypes
-import json
-import math
 import os
 import signal
 import subprocess
@@ -24,16 +24,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
+from grader.contract import CheckOutcome, ExitCode, ResultDocument
 from submissions.models import SubmissionStatus
 from submissions.settings import Settings
 from submissions.storage import GradingWorkspace, cap_text, grading_workspace, read_capped
 
-EXIT_PASSED, EXIT_FAILED, EXIT_SUBMISSION_ERROR, EXIT_INFRASTRUCTURE = 0, 1, 2, 3
-
 _VERDICT_FOR_EXIT_CODE = {
-    EXIT_PASSED: SubmissionStatus.PASSED,
-    EXIT_FAILED: SubmissionStatus.FAILED,
-    EXIT_SUBMISSION_ERROR: SubmissionStatus.ERROR,
+    ExitCode.PASSED: SubmissionStatus.PASSED,
+    ExitCode.FAILED: SubmissionStatus.FAILED,
+    ExitCode.SUBMISSION_ERROR: SubmissionStatus.ERROR,
 }
 
 #: Substrings of environment variable names that are never passed to the grader.
@@ -47,13 +48,20 @@ SECRET_NAME_PREFIXES = ("PG", "AWS_", "GOOGLE_", "AZURE_")
 
 @dataclass(frozen=True)
 class CheckResult:
-    """One entry of the result document's ``checks`` list."""
+    """One check of a grading as the service stores it (a ``check_verdicts`` row): the verdict
+    columns, and every other field of the check's ``CheckOutcome`` as ``numbers``."""
 
     name: str
     passed: bool
     skipped: bool
     message: str | None
     numbers: dict[str, Any]
+
+    @classmethod
+    def from_outcome(cls, outcome: CheckOutcome) -> CheckResult:
+        rest = outcome.model_dump(mode="json", exclude={"name", "passed", "skipped", "message"})
+        return cls(name=outcome.name, passed=outcome.passed, skipped=outcome.skipped, message=outcome.message,
+                   numbers={k: v for k, v in rest.items() if v not in (None, {})})
 
 
 @dataclass(frozen=True)
@@ -271,135 +279,98 @@ def interpret_grader_run(
         raise failure(f"the grader was killed by {signal_name}")
     if exit_code not in _VERDICT_FOR_EXIT_CODE:
         document = _try_parse_document(workspace, settings)
-        detail = ""
-        if isinstance(document, dict) and isinstance(document.get("error"), dict):
-            detail = f": {document['error'].get('message', '')}"
-        label = "reported an infrastructure error" if exit_code == EXIT_INFRASTRUCTURE else (
+        detail = f": {document.error.message}" if document is not None and document.error is not None else ""
+        label = "reported an infrastructure error" if exit_code == ExitCode.INFRASTRUCTURE else (
             f"exited with unexpected code {exit_code}"
         )
         raise failure(f"the grader {label}{detail}")
 
-    document = _try_parse_document(workspace, settings)
-    if not isinstance(document, dict):
+    raw = _read_stdout(workspace, settings)
+    if raw is None:
         raise failure(f"the grader exited {exit_code} but wrote no valid JSON result document")
     try:
-        return _outcome_from_document(
-            document,
-            expected=_VERDICT_FOR_EXIT_CODE[exit_code],
-            exit_code=exit_code,
-            duration_s=duration_s,
-            grader_stderr=stderr,
-            stored_log_cap_bytes=settings.stored_log_cap_bytes,
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise failure(f"the grader's result document is malformed: {exc}") from exc
+        document = ResultDocument.model_validate_json(raw)
+    except ValidationError as exc:
+        if exc.errors() and exc.errors()[0]["type"] == "json_invalid":
+            raise failure(f"the grader exited {exit_code} but wrote no valid JSON result document") from exc
+        raise failure(f"the grader's result document is malformed: {exc.errors()[0]['msg'][:300]}") from exc
+    expected = _VERDICT_FOR_EXIT_CODE[exit_code]
+    if document.verdict.value != expected.value:
+        raise failure(f"the grader's verdict {document.verdict.value!r} contradicts exit code {exit_code}")
+    return _outcome_from_document(
+        document,
+        status=expected,
+        exit_code=exit_code,
+        duration_s=duration_s,
+        grader_stderr=stderr,
+        stored_log_cap_bytes=settings.stored_log_cap_bytes,
+    )
 
 
-def _try_parse_document(workspace: GradingWorkspace, settings: Settings) -> Any:
+def _read_stdout(workspace: GradingWorkspace, settings: Settings) -> bytes | None:
     try:
         size = workspace.stdout_path.stat().st_size
         if size == 0 or size > settings.max_result_bytes:
             return None
-        # NaN/Infinity are not valid JSON for PostgreSQL; store them as null.
-        return json.loads(workspace.stdout_path.read_bytes(), parse_constant=lambda _: None)
-    except (OSError, ValueError):
+        return workspace.stdout_path.read_bytes()
+    except OSError:
         return None
 
 
-def _as_bool(value: Any, field: str) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{field} must be a boolean, got {value!r}")
-    return value
-
-
-def _parse_check(entry: Any) -> CheckResult:
-    if not isinstance(entry, dict):
-        raise TypeError(f"a check must be an object, got {entry!r:.80}")
-    name = entry["name"]
-    if not isinstance(name, str) or not name:
-        raise TypeError("a check name must be a non-empty string")
-    message = entry.get("message")
-    numbers = {k: v for k, v in entry.items() if k not in {"name", "passed", "skipped", "message"}}
-    return CheckResult(
-        name=name[:200],
-        passed=_as_bool(entry["passed"], "check.passed"),
-        skipped=_as_bool(entry.get("skipped", False), "check.skipped"),
-        message=None if message is None else str(message),
-        numbers=numbers,
-    )
-
-
-def _headline_speedup(benchmark: Any) -> float | None:
-    if not isinstance(benchmark, dict):
+def _try_parse_document(workspace: GradingWorkspace, settings: Settings) -> ResultDocument | None:
+    raw = _read_stdout(workspace, settings)
+    if raw is None:
         return None
-    headline = benchmark.get("headline")
-    if not isinstance(headline, dict):
+    try:
+        return ResultDocument.model_validate_json(raw)
+    except ValidationError:
         return None
-    value = headline.get("value")
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) and value > 0 else None
 
 
 def _outcome_from_document(
-    document: dict[str, Any],
+    document: ResultDocument,
     *,
-    expected: SubmissionStatus,
+    status: SubmissionStatus,
     exit_code: int,
     duration_s: float,
     grader_stderr: str,
     stored_log_cap_bytes: int,
 ) -> GradingOutcome:
-    verdict = document["verdict"]
-    if verdict != expected:
-        raise ValueError(f"verdict {verdict!r} contradicts exit code {exit_code}")
-    raw_checks = document.get("checks") or []
-    if not isinstance(raw_checks, list):
-        raise TypeError("checks must be a list")
-    checks = [_parse_check(entry) for entry in raw_checks]
-
-    if expected is SubmissionStatus.PASSED:
-        # Fail closed: a pass needs at least one check that ran and no check that failed.
-        if not any(c.passed and not c.skipped for c in checks):
-            raise ValueError("verdict 'passed' without any check that ran and passed")
-        if any(not c.passed and not c.skipped for c in checks):
-            raise ValueError("verdict 'passed' although a check failed")
-
-    error = document.get("error")
+    """The stored form of a validated result document (the log capped to what is kept)."""
+    checks = [CheckResult.from_outcome(c) for c in document.checks]
     error_kind: str | None = None
     error_message: str | None = None
-    if expected is SubmissionStatus.ERROR:
-        if not isinstance(error, dict):
-            raise TypeError("verdict 'error' needs an error object")
-        error_kind = str(error.get("kind") or "unknown")[:50]
-        error_message = str(error.get("message") or "")
-    elif expected is SubmissionStatus.FAILED:
+    if document.error is not None:
+        error_kind = document.error.kind.value
+        error_message = document.error.message
+    if status is SubmissionStatus.FAILED:
         failed = [c.name for c in checks if not c.passed and not c.skipped]
-        error_message = f"{len(failed)} check(s) failed: {', '.join(failed)}" if failed else None
+        summary = f"{len(failed)} check(s) failed: {', '.join(failed)}"
+        error_message = summary + (f"; then {error_message}" if error_message else "")
+        error_kind = None
 
-    log = document.get("log") if isinstance(document.get("log"), dict) else {}
-    log_text, log_truncated = None, bool(log.get("truncated", False))
-    if isinstance(log.get("text"), str):
-        capped = cap_text(log["text"], limit=stored_log_cap_bytes)
-        log_text, log_truncated = capped.text, log_truncated or capped.truncated
-        document = {**document, "log": {**log, "text": capped.text, "truncated": log_truncated}}
+    log = document.log
+    capped = cap_text(log.text, limit=stored_log_cap_bytes)
+    if capped.truncated:
+        # What the stored text lacks: what the grader already dropped plus what is cut here.
+        cut = len(log.text.encode("utf-8")) - len(capped.text.encode("utf-8"))
+        log = log.model_copy(update={"text": capped.text, "truncated": True, "omitted_bytes": log.omitted_bytes + max(cut, 0)})
+        document = document.model_copy(update={"log": log})
 
-    benchmark = document.get("benchmark") if isinstance(document.get("benchmark"), dict) else None
-    versions = document.get("versions") if isinstance(document.get("versions"), dict) else None
-    device = document.get("device")
+    stored = document.model_dump(mode="json", by_alias=True)
     return GradingOutcome(
-        status=expected,
+        status=status,
         error_kind=error_kind,
         error_message=error_message,
         checks=checks,
-        result_document=document,
-        benchmark=benchmark,
-        headline_speedup=_headline_speedup(benchmark) if expected is SubmissionStatus.PASSED else None,
-        versions=versions,
-        device=str(device)[:200] if device is not None else None,
+        result_document=stored,
+        benchmark=stored.get("benchmark"),
+        headline_speedup=document.headline_value,
+        versions=stored.get("versions"),
+        device=document.device[:200] or None,
         exit_code=exit_code,
         duration_s=duration_s,
-        log_text=log_text,
-        log_truncated=log_truncated,
+        log_text=log.text or None,
+        log_truncated=log.truncated,
         grader_stderr=grader_stderr,
     )

@@ -1,31 +1,25 @@
-"""Assignment registry: one module per assignment, each exposing the same names.
+"""Assignment registry: ``get_assignment(name)`` loads ``grader/assignments/<name>/``.
 
-A module registered here provides ``FUNCTION_NAME``, ``MODULE_FILE``, ``CHECK_NAMES``,
-``TOLERANCES``, ``BENCHMARK_SHAPES``, ``BENCHMARK_DTYPES``, ``vjp_fp64`` (its fp64 oracle) and
-``build_plan(seed=, device=)``. Adding an assignment is one new module and one line below.
+Which assignments exist is decided by the torch-free manifest (grader/manifest.py); each
+entry's ``package`` is a folder here whose ``ASSIGNMENT`` satisfies
+``grader.assignments.protocol.Assignment``.
 """
 
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
 
-ASSIGNMENTS: dict[str, str] = {
-    "softmax_backward": "grader.assignments.softmax_backward",
-}
+from grader.assignments.protocol import Assignment
+from grader.manifest import UnknownAssignment, get_manifest
 
-
-class UnknownAssignment(KeyError):
-    """No assignment of that name is registered."""
+__all__ = ["Assignment", "UnknownAssignment", "get_assignment"]
 
 
-def get_assignment(name: str) -> ModuleType:
-    """The spec module of assignment ``name``.
+def get_assignment(name: str) -> Assignment:
+    """The grading side of assignment ``name``.
 
     Raises:
-        UnknownAssignment: ``name`` is not in ASSIGNMENTS.
+        UnknownAssignment: ``name`` is not in the manifest.
     """
-    try:
-        return importlib.import_module(ASSIGNMENTS[name])
-    except KeyError:
-        raise UnknownAssignment(f"unknown assignment {name!r}; known: {', '.join(sorted(ASSIGNMENTS))}") from None
+    manifest = get_manifest(name)
+    return importlib.import_module(manifest.package).ASSIGNMENT

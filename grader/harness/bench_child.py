@@ -2,12 +2,13 @@
 
 Run as a script in a child process: ``python bench_child.py WORKDIR``. In ``student`` mode it
 runs inside the sandbox and imports the submission; in ``peers`` mode it never imports the
-submission and times the course's peers (the named baseline expression, aten's fused kernel,
-the course reference kernel, torch.compile of the baseline) and the device-to-device copy
-bandwidth. This file is bound alone into the sandbox, so it imports only the standard
-library, torch, triton and safetensors, never the ``grader`` package. The parent
-(grader/benchmark.py) also imports it for ``make_inputs``, so that the oracle is computed on
-exactly the values timed here.
+submission and times the assignment's peers (bench.py's PEERS, torch.compile of its
+COMPILED_PEER, the course reference kernel), the device-to-device copy bandwidth and the
+streaming probe. It knows no assignment by name: the assignment's bench.py sits beside it as
+``assignment_bench.py`` (inputs and peers). It imports only the standard library, torch,
+triton, safetensors and that file, never the ``grader`` package. The parent
+(grader/benchmark/verify.py) uses ``stage_seed`` and the same bench.py, so that the oracle is
+computed on exactly the values timed here.
 
 Nothing this process reports is taken on trust by the parent: every output kept here is
 re-verified against the fp64 oracle, every time is checked against the bandwidth floor, and
@@ -17,16 +18,16 @@ from the C-level classes where torch has them, and the Python-level attributes a
 with their original identities afterwards (``tampered`` lists those a submission replaced).
 
 Protocol (WORKDIR, bound read-write):
-- ``bench_plan.json``  written by the parent: mode, rows (id, m, n, dtype, seed), settings.
+- ``bench_plan.json``  written by the parent: mode, rows (id, shape, dtype, seed), settings.
 - ``bench_progress.json``  rewritten after each row (results so far).
 - ``bench_result.json``    written last: environment, copy bandwidth (peers), per-row timings
-  (peers also time ``torch.add(y, g)`` of each row's shape: ``same_shape_add``).
+  (peers also time the assignment's streaming probe on each row's inputs: ``streaming_probe``).
 - ``bench_out_<row>.safetensors``  outputs of timed calls, per implementation and method:
   ``<impl>|<method>|full`` (one whole output, when asked) and ``<impl>|<method>|set<k>``
   (sampled rows of the last timed call on buffer set k; the row indices are in the JSON).
 
 Timing method (per implementation and row; all times in seconds):
-- K buffer sets of (y, g) are generated on the GPU from seeds (``make_inputs``). Stage 0 values
+- K buffer sets of inputs are generated on the GPU from seeds (bench.py's ``make_inputs``). Stage 0 values
   are used for the first call (compilation) and warm-up; the sets are then refilled in place
   (same addresses) with stage 1 values for event timing and stage 2 values for graph timing,
   so an output memoised by address or by call count is stale and fails re-verification.
@@ -124,28 +125,18 @@ except Exception:  # noqa: BLE001 - triton is optional for the timing itself
     _triton_testing = None
 _WATCHED_ORIGINALS = [(f"{label}.{attr}", owner, attr, getattr(owner, attr, None)) for label, owner, attr in _WATCHED]
 
+# The assignment's bench.py (inputs, peers), staged beside this file as assignment_bench.py;
+# loaded by main(). The parent imports this module only for stage_seed/sample_row_indices.
+bench = None
+
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06  # enum cudaLimit, cuda_runtime_api.h
 
 
-# ---- inputs (also imported by the parent to rebuild the same values) -------------------
+# ---- seeds and samples (also used by the parent to rebuild the same values) -------------
 def stage_seed(row_seed: int, stage: int, buffer_set: int) -> int:
     """Seed of buffer set ``buffer_set`` at stage 0 (warm-up), 1 (event) or 2 (graph)."""
     return int(row_seed) * 1000 + stage * 100 + buffer_set
-
-
-def make_inputs(m: int, n: int, dtype: torch.dtype, seed: int, device: str = "cuda"):
-    """(y, g), each (m, n) contiguous ``dtype`` on ``device``, from one seeded generator.
-
-    y = U(0, 1) * 2/n (rows sum to about 1, like probabilities); g = N(0, 1) + 0.5 (a non-zero
-    mean, so the row dot product is not small). Elementwise only, so the parent regenerates
-    bit-identical values on the same device with the same torch.
-    """
-    gen = torch.Generator(device=device)
-    gen.manual_seed(int(seed))
-    y = (torch.rand((m, n), generator=gen, device=device, dtype=torch.float32) * (2.0 / n)).to(dtype)
-    g = (torch.randn((m, n), generator=gen, device=device, dtype=torch.float32) + 0.5).to(dtype)
-    return y, g
 
 
 def sample_row_indices(m: int, count: int) -> list[int]:
@@ -441,39 +432,40 @@ def _sampled_rows(out, rows: list[int]):
     return _t_cpu(_t_contiguous(_t_index_select(out, 0, index)))
 
 
-def _check_output(out, m: int, n: int, dtype) -> str | None:
+def _check_output(out, shape: tuple, dtype) -> str | None:
     if not isinstance(out, torch.Tensor):
         return f"returned {type(out).__name__}, not a tensor"
-    if tuple(out.shape) != (m, n) or out.dtype != dtype or out.device.type != "cuda":
-        return f"returned {tuple(out.shape)} {out.dtype} on {out.device}, expected ({m}, {n}) {dtype} on cuda"
+    if tuple(out.shape) != tuple(shape) or out.dtype != dtype or out.device.type != "cuda":
+        return f"returned {tuple(out.shape)} {out.dtype} on {out.device}, expected {tuple(shape)} {dtype} on cuda"
     return None
 
 
 def time_row(name: str, fn, row: dict, opts: dict, timer: Timer, sets: list, saved: dict,
              full_set: int | None) -> dict:
     """Compile, warm up and time ``fn`` on one row; store outputs of timed calls in ``saved``."""
-    m, n, dtype = row["m"], row["n"], DTYPES[row["dtype"]]
+    shape, dtype = tuple(row["shape"]), DTYPES[row["dtype"]]
+    out_shape, out_dtype = bench.expected_output(sets[0])
     result: dict = {}
     n_sets = len(sets)
-    rows_kept = sample_row_indices(m, opts["sample_rows"])
+    rows_kept = sample_row_indices(out_shape[0], opts["sample_rows"])
 
     def refill(stage: int) -> None:
         with _no_grad():
-            for k, (y, g) in enumerate(sets):
-                y_new, g_new = make_inputs(m, n, dtype, stage_seed(row["seed"], stage, k))
-                _t_copy(y, y_new)
-                _t_copy(g, g_new)
-                del y_new, g_new
+            for k, inputs in enumerate(sets):
+                fresh = bench.make_inputs(shape, dtype, stage_seed(row["seed"], stage, k))
+                for old, new in zip(inputs, fresh):
+                    if isinstance(old, torch.Tensor):
+                        _t_copy(old, new)
+                del fresh
         _sync()
 
     def call(k: int):
-        y, g = sets[k]
-        return fn(y, g)
+        return fn(*sets[k])
 
     def keep(method: str, outs: list) -> None:
         info = {"sample_rows": rows_kept, "full_set": None}
         for k, out in enumerate(outs):
-            problem = _check_output(out, m, n, dtype)
+            problem = _check_output(out, out_shape, out_dtype)
             if problem:
                 raise RuntimeError(f"{method}: {problem}")
             saved[f"{name}|{method}|set{k}"] = _sampled_rows(out, rows_kept)
@@ -488,7 +480,7 @@ def time_row(name: str, fn, row: dict, opts: dict, timer: Timer, sets: list, sav
         first = call(0)
         _sync()
         result["first_call_s"] = _perf() - t0
-        problem = _check_output(first, m, n, dtype)
+        problem = _check_output(first, out_shape, out_dtype)
         if problem:
             raise RuntimeError(problem)
         del first
@@ -583,42 +575,27 @@ def measure_copy_bandwidth(opts: dict, timer: Timer) -> dict:
     }
 
 
-def time_same_shape_add(timer: Timer, sets: list) -> dict:
-    """Graph time (seconds per call) of ``torch.add(y, g)`` on one row's own buffer sets.
+def time_streaming_probe(timer: Timer, sets: list) -> dict:
+    """Graph time (seconds per call) of the assignment's streaming probe on one row's own sets.
 
-    The same accesses as softmax_backward (read y, read g, write one tensor of the same shape
-    and dtype: 3 x M x N x element size bytes) with no reduction and no arithmetic to speak
-    of, timed by the same graph method. It measures what streaming those bytes costs on this
-    device at this size, fixed per-call costs included (the launch after the flush, the
-    ramp-up and tail of the grid, the write-back of dirty L2 lines), which the floor from a
-    1 GiB copy does not see. Reported beside the rows, never ranked.
+    The probe makes the same memory accesses as the assignment's kernel with no arithmetic to
+    speak of (softmax_backward: ``torch.add(y, g)``, 2 reads + 1 write), timed by the same
+    graph method. It measures what streaming those bytes costs on this device at this size,
+    fixed per-call costs included (the launch after the flush, the ramp-up and tail of the
+    grid, the write-back of dirty L2 lines), which the floor from a 1 GiB copy does not see.
+    Reported beside the rows, never ranked.
     """
+    what, probe = bench.STREAMING_PROBE
 
     def call(k: int):
-        y, g = sets[k]
-        return torch.add(y, g)
+        return probe(*sets[k])
 
     try:
         stats, _ = timer.graph(call, len(sets))  # graph() warms up every buffer set first
         timer._keep = None
-        return {"what": "torch.add(y, g) on the row's buffer sets: 2 reads + 1 write per element, no reduction",
-                "graph": stats}
+        return {"what": what, "graph": stats}
     except Exception as exc:  # noqa: BLE001 - a missing figure must not cost the peers' timings
         return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-
-
-# ---- peers ------------------------------------------------------------------------------
-def torch_fp32_expression(y: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """The assignment's named baseline: explicit fp32 VJP (casts, elementwise, one reduction)."""
-    y32 = y.float()
-    g32 = g.float()
-    dot = (y32 * g32).sum(dim=-1, keepdim=True)
-    return (y32 * (g32 - dot)).to(y.dtype)
-
-
-def aten_softmax_backward_data(y: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """PyTorch's own fused softmax backward (what softmax's autograd node calls)."""
-    return torch.ops.aten._softmax_backward_data(g, y, -1, y.dtype)
 
 
 def _load_module(path: str, name: str):
@@ -630,14 +607,15 @@ def _load_module(path: str, name: str):
 
 
 def _compiled_peer():
-    """A fresh torch.compile of the baseline (one per row, so no recompile limit is hit)."""
+    """A fresh torch.compile of the assignment's COMPILED_PEER function (one per row, so no
+    recompile limit is hit)."""
     import torch._dynamo as dynamo
 
     for key in ("recompile_limit", "cache_size_limit"):
         if hasattr(dynamo.config, key):
             setattr(dynamo.config, key, 64)
     dynamo.reset()
-    return torch.compile(torch_fp32_expression, dynamic=False, fullgraph=True)
+    return torch.compile(bench.COMPILED_PEER[1], dynamic=False, fullgraph=True)
 
 
 # ---- main -------------------------------------------------------------------------------
@@ -649,8 +627,11 @@ def _write(workdir: str, name: str, document: dict) -> None:
 
 
 def main(workdir: str) -> int:
+    global bench
     from safetensors.torch import save_file
 
+    bench = _load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), "assignment_bench.py"),
+                         "assignment_bench")
     with _open(os.path.join(workdir, "bench_plan.json"), encoding="utf-8") as handle:
         plan = json.load(handle)
     opts = plan["options"]
@@ -678,13 +659,12 @@ def main(workdir: str) -> int:
     if mode == "peers":
         if opts.get("copy_bandwidth", True):
             document["copy_bandwidth"] = measure_copy_bandwidth(opts, timer)
-        impls["torch_fp32_expression"] = torch_fp32_expression
-        impls["aten_softmax_backward_data"] = aten_softmax_backward_data
+        impls.update(bench.PEERS)
         if plan.get("reference_file"):
             reference = _load_module(os.path.join(workdir, plan["reference_file"]), "course_reference")
-            impls["reference"] = reference.softmax_backward
-        if opts.get("compile_peer", True):
-            impls["torch_compile_fp32_expression"] = None  # built per row
+            impls["reference"] = getattr(reference, plan["function"])
+        if opts.get("compile_peer", True) and bench.COMPILED_PEER is not None:
+            impls[bench.COMPILED_PEER[0]] = None  # built per row
     else:
         sys.path.insert(0, workdir)
         try:
@@ -704,17 +684,17 @@ def main(workdir: str) -> int:
 
     fatal = False
     for index, row in enumerate(plan["rows"]):
-        entry = {"id": row["id"], "m": row["m"], "n": row["n"], "dtype": row["dtype"], "impls": {}}
+        entry = {"id": row["id"], "shape": row["shape"], "dtype": row["dtype"], "impls": {}}
         document["rows"].append(entry)
         if fatal:
             entry["error"] = "skipped: an earlier CUDA error poisoned the process"
             continue
-        m, n, dtype = row["m"], row["n"], DTYPES[row["dtype"]]
-        sets = [make_inputs(m, n, dtype, stage_seed(row["seed"], 0, k)) for k in range(opts["sets"])]
+        shape, dtype = tuple(row["shape"]), DTYPES[row["dtype"]]
+        sets = [bench.make_inputs(shape, dtype, stage_seed(row["seed"], 0, k)) for k in range(opts["sets"])]
         saved: dict = {}
         full_set = (index % opts["sets"]) if opts.get("save_full", False) else None
         for name, fn in impls.items():
-            if name == "torch_compile_fp32_expression":
+            if fn is None:
                 try:
                     fn = _compiled_peer()
                 except Exception as exc:  # noqa: BLE001
@@ -725,8 +705,8 @@ def main(workdir: str) -> int:
                 fatal = True
                 break
             gc.collect()
-        if mode == "peers" and opts.get("same_shape_add", True) and not fatal:
-            entry["same_shape_add"] = time_same_shape_add(timer, sets)
+        if mode == "peers" and opts.get("streaming_probe", True) and not fatal:
+            entry["streaming_probe"] = time_streaming_probe(timer, sets)
         if mode == "student":
             entry["tampered"] = tampered()
         if saved:

@@ -21,8 +21,8 @@ from grader.runner import grade_file
 from grader.settings import GraderSettings
 
 TESTS_DIR = Path(__file__).resolve().parents[1]
-CORPUS = TESTS_DIR / "corpus"
-REFERENCE = TESTS_DIR.parent / "grader" / "assignments" / "softmax_backward_reference.py"
+CORPUS = TESTS_DIR / "corpus" / "softmax_backward"
+REFERENCE = TESTS_DIR.parent / "grader" / "assignments" / "softmax_backward" / "reference.py"
 GRADING_WORKERS = 2  # the CI machine has 2 cores; every grading is one child process
 GRADING_TIMEOUT_S = 900  # a hung grading fails its test instead of hanging the session
 
@@ -48,6 +48,12 @@ def _locked_ast_parse(*args, **kwargs):
         return _UNLOCKED_AST_PARSE(*args, **kwargs)
 
 
+def grade_document(path: Path, *, seed: int, grader_settings: GraderSettings, assignment: str) -> dict:
+    """``grade_file`` on the CPU interpreter, as the JSON object the worker stores."""
+    document = grade_file(Path(path), assignment=assignment, device="cpu", seed=seed, settings=grader_settings)
+    return document.model_dump(mode="json", by_alias=True)
+
+
 class Gradings:
     """Result documents of ``grade_file`` on the CPU interpreter, each computed once, in parallel."""
 
@@ -57,12 +63,14 @@ class Gradings:
         self._lock = threading.Lock()
         ast.parse = _locked_ast_parse
 
-    def submit(self, key: str, path: Path, *, seed: int = 0, grader_settings: GraderSettings | None = None) -> Future:
+    def submit(self, key: str, path: Path, *, seed: int = 0, grader_settings: GraderSettings | None = None,
+               assignment: str = "softmax_backward") -> Future:
         """Queue one grading under ``key`` (a second submit of the same key is a no-op)."""
         with self._lock:
             if key not in self._futures:
                 self._futures[key] = self._pool.submit(
-                    grade_file, Path(path), device="cpu", seed=seed, settings=grader_settings or settings()
+                    grade_document, Path(path), seed=seed, grader_settings=grader_settings or settings(),
+                    assignment=assignment,
                 )
             return self._futures[key]
 

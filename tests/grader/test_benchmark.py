@@ -19,16 +19,26 @@ import torch
 from safetensors.torch import save_file
 
 from grader import benchmark as bench
-from grader.assignments import softmax_backward as spec
+from grader.assignments import get_assignment
+from grader.assignments.softmax_backward.oracle import vjp_fp64
+from grader.benchmark import score
+from grader.benchmark.cli import main_benchmark, print_benchmark
+from grader.benchmark.options import benchmark_rows
+from grader.benchmark.verify import load_bench_module, verify_rows
+from grader.contract import BenchmarkExitCode
 from grader.harness import bench_child
+
+ASSIGNMENT = get_assignment("softmax_backward")
+SPEC = ASSIGNMENT.benchmark
+INPUTS = load_bench_module(SPEC.bench_file)
 
 CUDA = torch.cuda.is_available()
 
 
 # ---- rows, bytes, geometric mean, flags ----------------------------------------------------
 def test_rows_cover_every_shape_and_dtype_of_the_spec():
-    rows = bench.benchmark_rows(spec, bench.BenchmarkOptions())
-    assert len(rows) == len(spec.BENCHMARK_SHAPES) * len(spec.BENCHMARK_DTYPES)
+    rows = benchmark_rows(SPEC, bench.BenchmarkOptions())
+    assert len(rows) == len(SPEC.shapes) * len(SPEC.dtypes)
     ids = {r["id"] for r in rows}
     for shape in [(65536, 256), (4096, 4096), (1024, 32768), (256, 131072)]:
         for dtype in ("float32", "float16", "bfloat16"):
@@ -37,39 +47,39 @@ def test_rows_cover_every_shape_and_dtype_of_the_spec():
 
 
 def test_rows_can_be_overridden():
-    rows = bench.benchmark_rows(spec, bench.BenchmarkOptions(shapes=((8, 16),), dtypes=("float16",)))
-    assert rows == [{"id": "8x16/float16", "m": 8, "n": 16, "dtype": "float16", "seed": 2024}]
+    rows = benchmark_rows(SPEC, bench.BenchmarkOptions(shapes=((8, 16),), dtypes=("float16",)))
+    assert rows == [{"id": "8x16/float16", "shape": [8, 16], "dtype": "float16", "seed": 2024}]
 
 
 @pytest.mark.parametrize("dtype,size", [("float32", 4), ("float16", 2), ("bfloat16", 2)])
 def test_bytes_count_two_reads_and_one_write(dtype, size):
-    assert bench.bytes_moved(65536, 256, dtype) == 3 * 65536 * 256 * size
-    assert bench.bytes_moved(256, 131072, dtype, accesses=5) == 5 * 256 * 131072 * size
+    assert SPEC.floor_bytes((65536, 256), dtype)["min"] == 3 * 65536 * 256 * size
+    assert SPEC.floor_bytes((256, 131072), dtype)["two_pass"] == 5 * 256 * 131072 * size
 
 
 def test_geometric_mean():
-    assert bench.geometric_mean([1.0, 4.0]) == pytest.approx(2.0)
-    assert bench.geometric_mean([2.0, 2.0, 2.0]) == pytest.approx(2.0)
-    assert bench.geometric_mean([]) is None
-    assert bench.geometric_mean([1.0, 0.0]) is None
-    assert bench.geometric_mean([1.0, -2.0]) is None
-    assert bench.geometric_mean([1.0, float("nan")]) is None
+    assert score.geometric_mean([1.0, 4.0]) == pytest.approx(2.0)
+    assert score.geometric_mean([2.0, 2.0, 2.0]) == pytest.approx(2.0)
+    assert score.geometric_mean([]) is None
+    assert score.geometric_mean([1.0, 0.0]) is None
+    assert score.geometric_mean([1.0, -2.0]) is None
+    assert score.geometric_mean([1.0, float("nan")]) is None
 
 
 def test_implausible_time_flag():
     floor = 100e-6
-    assert bench.is_implausible(79e-6, floor)
-    assert not bench.is_implausible(81e-6, floor)
-    assert not bench.is_implausible(150e-6, floor)
-    assert not bench.is_implausible(None, floor)
-    assert bench.is_implausible(-1e-6, floor)  # a negative graph difference is not a time
+    assert score.is_implausible(79e-6, floor)
+    assert not score.is_implausible(81e-6, floor)
+    assert not score.is_implausible(150e-6, floor)
+    assert not score.is_implausible(None, floor)
+    assert score.is_implausible(-1e-6, floor)  # a negative graph difference is not a time
 
 
 def test_event_wall_cross_check():
-    assert bench.event_undercuts_wall(2e-6, 60e-6)  # side-stream work: events saw nothing
-    assert not bench.event_undercuts_wall(55e-6, 60e-6)
-    assert bench.event_undercuts_wall(55e-6, 80e-6)  # a side stream seen as host launch time
-    assert not bench.event_undercuts_wall(5e-6, 12e-6)  # within the jitter slack
+    assert score.event_undercuts_wall(2e-6, 60e-6)  # side-stream work: events saw nothing
+    assert not score.event_undercuts_wall(55e-6, 60e-6)
+    assert score.event_undercuts_wall(55e-6, 80e-6)  # a side stream seen as host launch time
+    assert not score.event_undercuts_wall(5e-6, 12e-6)  # within the jitter slack
 
 
 # ---- harness helpers ------------------------------------------------------------------------
@@ -98,9 +108,9 @@ def test_sample_rows_are_spread_and_include_the_last():
 
 
 def test_inputs_are_reproducible_from_the_seed():
-    y1, g1 = bench_child.make_inputs(4, 33, torch.bfloat16, 123, device="cpu")
-    y2, g2 = bench_child.make_inputs(4, 33, torch.bfloat16, 123, device="cpu")
-    y3, _ = bench_child.make_inputs(4, 33, torch.bfloat16, 124, device="cpu")
+    y1, g1 = INPUTS.make_inputs((4, 33), torch.bfloat16, 123, device="cpu")
+    y2, g2 = INPUTS.make_inputs((4, 33), torch.bfloat16, 123, device="cpu")
+    y3, _ = INPUTS.make_inputs((4, 33), torch.bfloat16, 124, device="cpu")
     assert torch.equal(y1, y2) and torch.equal(g1, g2) and not torch.equal(y1, y3)
     assert y1.dtype == torch.bfloat16 and y1.shape == (4, 33) and bool((y1 >= 0).all())
     assert bench_child.stage_seed(7, 1, 2) != bench_child.stage_seed(7, 2, 1)
@@ -115,27 +125,37 @@ def test_tamper_detection_sees_replaced_timers(monkeypatch):
     assert bench_child._perf is not time.perf_counter
 
 
-def test_child_without_cuda_reports_instead_of_timing(tmp_path, monkeypatch):
+def test_child_without_cuda_reports_instead_of_timing(tmp_path):
     if CUDA:
         pytest.skip("this machine has a GPU")
-    (tmp_path / "bench_plan.json").write_text(json.dumps(
+    import subprocess
+    import sys
+
+    from grader.sandbox import stage_harness
+
+    harness = stage_harness(tmp_path / "harness", {"assignment_bench.py": SPEC.bench_file})
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "bench_plan.json").write_text(json.dumps(
         {"mode": "student", "rows": [], "options": bench.BenchmarkOptions().child_options(),
          "function": "softmax_backward", "module_file": "softmax_backward.py"}))
-    assert bench_child.main(str(tmp_path)) == 0
-    result = json.loads((tmp_path / "bench_result.json").read_text())
+    done = subprocess.run([sys.executable, "-I", str(harness / "bench_child.py"), str(work)], timeout=120,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    result = json.loads((work / "bench_result.json").read_text())
     assert "no CUDA device" in result["error"] and result["rows"] == []
 
 
 # ---- re-verification of timed outputs -------------------------------------------------------
 def _fake_outputs(row, stage_for_method, sets, corrupt=None):
     """Outputs as the child would keep them, computed from the given stage's inputs."""
-    m, n, dtype = row["m"], row["n"], getattr(torch, row["dtype"])
-    kept = bench_child.sample_row_indices(m, 4)
+    shape, dtype = tuple(row["shape"]), getattr(torch, row["dtype"])
+    kept = bench_child.sample_row_indices(shape[0], 4)
     tensors, saved = {}, {}
     for method, stage in stage_for_method.items():
         for k in range(sets):
-            y, g = bench_child.make_inputs(m, n, dtype, bench_child.stage_seed(row["seed"], stage, k), device="cpu")
-            dx, _ = spec.vjp_fp64(y, g)
+            y, g = INPUTS.make_inputs(shape, dtype, bench_child.stage_seed(row["seed"], stage, k), device="cpu")
+            dx, _ = vjp_fp64(y, g)
             out = dx.to(dtype)
             if corrupt == method and k == 1:
                 out[kept[0], 0] += 1.0
@@ -147,13 +167,13 @@ def _fake_outputs(row, stage_for_method, sets, corrupt=None):
 
 
 def _verify(tmp_path, stage_for_method, corrupt=None):
-    row = {"id": "8x40/float16", "m": 8, "n": 40, "dtype": "float16", "seed": 5}
+    row = {"id": "8x40/float16", "shape": [8, 40], "dtype": "float16", "seed": 5}
     tensors, saved = _fake_outputs(row, stage_for_method, sets=2, corrupt=corrupt)
     save_file(tensors, str(tmp_path / "bench_out_0.safetensors"))
     stats = {"median_s": 1e-5}
     document = {"rows": [{"id": row["id"], "outputs_file": "bench_out_0.safetensors",
                           "impls": {"student": {"event": stats, "graph": stats, "saved": saved}}}]}
-    bench.verify_rows(spec, document, tmp_path, [row], sets=2, device="cpu")
+    verify_rows(ASSIGNMENT, document, tmp_path, [row], sets=2, device="cpu")
     return document["rows"][0]["impls"]["student"]["verified"]
 
 
@@ -193,9 +213,9 @@ RESULT_SCHEMA = {
             "type": "array",
             "items": {
                 "type": "object",
-                "required": ["id", "shape", "dtype", "bytes_3_access", "bytes_5_access", "floor_s_3_access",
-                             "floor_s_5_access", "impls", "ratio_student_over_baseline", "speedup_vs_baseline",
-                             "student_bandwidth_fraction_3_access", "flags", "ranked", "scope"],
+                "required": ["id", "shape", "dtype", "bytes_min", "bytes_two_pass", "floor_s_min",
+                             "floor_s_two_pass", "impls", "ratio_student_over_baseline", "speedup_vs_baseline",
+                             "student_bandwidth_fraction_min", "streaming_probe", "flags", "ranked", "scope"],
                 "properties": {
                     "impls": {"type": "object", "required": ["student"]},
                     "ratio_student_over_baseline": {"type": "object",
@@ -226,7 +246,7 @@ def _impl(event, graph, *, passed=True, wall_bound=None):
 
 def _docs(student_graph=(100e-6, 100e-6), **student_kwargs):
     options = bench.BenchmarkOptions(shapes=((1024, 1024), (2048, 2048)), dtypes=("float32",))
-    rows = bench.benchmark_rows(spec, options)
+    rows = benchmark_rows(SPEC, options)
     peers = {"copy_bandwidth": {"bytes_per_s": 4.0e12}, "gpu": {"name": "NVIDIA H200"},
              "versions": {"torch": "x", "triton": "y"}, "flush_bytes": 256 << 20,
              "rows": [{"id": r["id"], "impls": {
@@ -234,7 +254,7 @@ def _docs(student_graph=(100e-6, 100e-6), **student_kwargs):
                  "aten_softmax_backward_data": _impl(120e-6, 110e-6),
                  "reference": _impl(90e-6, 80e-6),
                  "torch_compile_fp32_expression": _impl(150e-6, 100e-6)},
-                       "same_shape_add": {"what": "torch.add(y, g)", "graph": _stats(80e-6)}}
+                       "streaming_probe": {"what": "torch.add(y, g)", "graph": _stats(80e-6)}}
                       for i, r in enumerate(rows)]}
     student = {"rows": [{"id": r["id"], "impls": {"student": _impl(student_graph[i] * 1.2, student_graph[i], **student_kwargs)},
                          "tampered": []} for i, r in enumerate(rows)], "tampered_after_import": []}
@@ -243,7 +263,7 @@ def _docs(student_graph=(100e-6, 100e-6), **student_kwargs):
 
 def test_assembled_result_matches_schema_and_headline():
     rows, options, peers, student = _docs()
-    result = bench.assemble(student_doc=student, student_info={"duration_s": 100.0}, peers_doc=peers, rows=rows,
+    result = score.assemble(spec=SPEC, student_doc=student, student_info={"duration_s": 100.0}, peers_doc=peers, rows=rows,
                             options=options, sandbox="bubblewrap")
     jsonschema.validate(json.loads(json.dumps(result)), RESULT_SCHEMA)
     # baseline graph 200 us and 400 us over student 100 us: speedups 2 and 4, geomean sqrt(8)
@@ -253,36 +273,37 @@ def test_assembled_result_matches_schema_and_headline():
     assert row["ratio_student_over_baseline"]["graph"] == pytest.approx(0.5)
     assert row["ratio_student_over_baseline"]["event"] == pytest.approx(120e-6 / 300e-6)
     floor = 3 * 1024 * 1024 * 4 / 4.0e12
-    assert row["floor_s_3_access"] == pytest.approx(floor)
-    assert row["student_bandwidth_fraction_3_access"]["graph"] == pytest.approx(floor / 100e-6)
+    assert row["floor_s_min"] == pytest.approx(floor)
+    assert row["student_bandwidth_fraction_min"]["graph"] == pytest.approx(floor / 100e-6)
     assert row["ranked"] and row["flags"] == []
     assert "event" in row["scope"] and "graph" in row["scope"]
-    # torch.add of the same shape: 80 us, i.e. floor / 80 us of copy bandwidth; student 100 us = 1.25x it
-    assert row["same_shape_add"]["graph_s"] == pytest.approx(80e-6)
-    assert row["same_shape_add"]["bandwidth_fraction_3_access"] == pytest.approx(floor / 80e-6)
-    assert row["same_shape_add"]["student_time_over_add"] == pytest.approx(1.25)
+    # The streaming probe (torch.add of the same shape): 80 us, i.e. floor / 80 us of copy
+    # bandwidth; student 100 us = 1.25x it
+    assert row["streaming_probe"]["graph_s"] == pytest.approx(80e-6)
+    assert row["streaming_probe"]["bandwidth_fraction_min"] == pytest.approx(floor / 80e-6)
+    assert row["streaming_probe"]["student_time_over_probe"] == pytest.approx(1.25)
 
 
-def test_same_shape_add_is_reported_but_never_ranks():
+def test_streaming_probe_is_reported_but_never_ranks():
     rows, options, peers, student = _docs()
-    peers["rows"][0]["same_shape_add"] = {"error": "RuntimeError: capture failed"}
-    del peers["rows"][1]["same_shape_add"]
-    result = bench.assemble(student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
+    peers["rows"][0]["streaming_probe"] = {"error": "RuntimeError: capture failed"}
+    del peers["rows"][1]["streaming_probe"]
+    result = score.assemble(spec=SPEC, student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
     assert result["headline"]["value"] == pytest.approx(math.sqrt(8))  # unchanged: not part of the score
-    assert result["rows"][0]["same_shape_add"] == {"error": "RuntimeError: capture failed"}
-    assert result["rows"][1]["same_shape_add"] == {"error": "not measured"}
+    assert result["rows"][0]["streaming_probe"] == {"error": "RuntimeError: capture failed"}
+    assert result["rows"][1]["streaming_probe"] == {"error": "not measured"}
 
 
 def test_stale_outputs_earn_no_score():
     rows, options, peers, student = _docs(passed=False)
-    result = bench.assemble(student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
+    result = score.assemble(spec=SPEC, student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
     assert result["headline"]["value"] is None
     assert "wrong or stale output" in result["headline"]["reason"]
 
 
 def test_time_under_the_floor_is_not_ranked():
     rows, options, peers, student = _docs(student_graph=(1e-6, 100e-6))
-    result = bench.assemble(student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
+    result = score.assemble(spec=SPEC, student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
     assert result["headline"]["value"] is None
     assert not result["rows"][0]["ranked"] and result["rows"][1]["ranked"]
     assert any("implausible graph time" in f for f in result["rows"][0]["flags"])
@@ -290,7 +311,7 @@ def test_time_under_the_floor_is_not_ranked():
 
 def test_side_stream_work_is_flagged_by_the_wall_clock():
     rows, options, peers, student = _docs(wall_bound=400e-6)  # events 120 us, wall saw 400 us of GPU work
-    result = bench.assemble(student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
+    result = score.assemble(spec=SPEC, student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
     assert result["headline"]["value"] is None
     assert any("undercuts the device-synchronised wall clock" in f for f in result["rows"][0]["flags"])
 
@@ -298,11 +319,11 @@ def test_side_stream_work_is_flagged_by_the_wall_clock():
 def test_replaced_timers_or_persisting_l2_earn_no_score():
     rows, options, peers, student = _docs()
     student["tampered_after_import"] = ["torch.cuda.Event.elapsed_time"]
-    result = bench.assemble(student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
+    result = score.assemble(spec=SPEC, student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
     assert result["headline"]["value"] is None and "elapsed_time" in result["headline"]["reason"]
     rows, options, peers, student = _docs()
     student["rows"][1]["impls"]["student"]["persisting_l2_limit_after"] = 1 << 20
-    result = bench.assemble(student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
+    result = score.assemble(spec=SPEC, student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
     assert result["headline"]["value"] is None and "persisting-L2" in result["headline"]["reason"]
 
 
@@ -310,7 +331,7 @@ def test_claimed_gpu_time_must_fit_in_the_child_wall_time():
     rows, options, peers, student = _docs()
     for entry in student["rows"]:
         entry["impls"]["student"]["event"]["n"] = 10**6  # 10^6 samples of 120 us: 120 s claimed
-    result = bench.assemble(student_doc=student, student_info={"duration_s": 30.0}, peers_doc=peers, rows=rows,
+    result = score.assemble(spec=SPEC, student_doc=student, student_info={"duration_s": 30.0}, peers_doc=peers, rows=rows,
                             options=options)
     assert result["headline"]["value"] is None and "claims" in result["headline"]["reason"]
 
@@ -318,7 +339,7 @@ def test_claimed_gpu_time_must_fit_in_the_child_wall_time():
 def test_missing_copy_bandwidth_means_no_floor_and_no_score():
     rows, options, peers, student = _docs()
     peers["copy_bandwidth"] = None
-    result = bench.assemble(student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
+    result = score.assemble(spec=SPEC, student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
     assert result["headline"]["value"] is None
 
 
@@ -327,26 +348,26 @@ def test_missing_copy_bandwidth_means_no_floor_and_no_score():
 def test_benchmark_command_refuses_without_a_gpu(tmp_path, capsys):
     source = tmp_path / "k.py"
     source.write_text("def softmax_backward(y, g):\n    return y\n")
-    code = bench.main_benchmark(argparse.Namespace(path=str(source), output=str(tmp_path / "r.json"),
-                                                   assignment="softmax_backward", unsafe_no_sandbox=True))
-    assert code == bench.EXIT_NO_GPU != 0
+    code = main_benchmark(argparse.Namespace(path=str(source), output=str(tmp_path / "r.json"),
+                                             assignment="softmax_backward", unsafe_no_sandbox=True))
+    assert code == BenchmarkExitCode.NO_GPU != 0
     err = capsys.readouterr().err
     assert "needs a CUDA GPU" in err and " us" not in err
     assert not (tmp_path / "r.json").exists()
     with pytest.raises(bench.NoGPU):
-        bench.run_benchmark(tmp_path)
+        bench.run_benchmark(tmp_path, assignment="softmax_backward")
 
 
 def test_print_benchmark_renders_a_table():
     from rich.console import Console
 
     rows, options, peers, student = _docs()
-    result = bench.assemble(student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
+    result = score.assemble(spec=SPEC, student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
     console = Console(record=True, width=200)
-    bench.print_benchmark(result, console)
+    print_benchmark(result, console, assignment="softmax_backward")
     text = console.export_text()
     assert "1024x1024/float32" in text and "headline" in text and "2.828" in text
-    assert "(add 4%)" in text  # 3 x 1024 x 1024 x 4 bytes at 4 TB/s is 3.1 us, 4% of the add's 80 us
+    assert "(probe 4%)" in text  # 3 x 1024 x 1024 x 4 bytes at 4 TB/s is 3.1 us, 4% of the add's 80 us
 
 
 def test_cheat_kernels_exist_for_each_known_trick():
@@ -357,6 +378,6 @@ def test_cheat_kernels_exist_for_each_known_trick():
 def test_result_is_strict_json():
     rows, options, peers, student = _docs()
     student["rows"][0]["impls"]["student"]["event"]["sem_s"] = float("nan")
-    result = bench.assemble(student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
+    result = score.assemble(spec=SPEC, student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
     json.dumps(result, allow_nan=False)
-    assert bench.finite_json({"a": [float("inf"), 1.0], "b": float("nan")}) == {"a": [None, 1.0], "b": None}
+    assert score.finite_json({"a": [float("inf"), 1.0], "b": float("nan")}) == {"a": [None, 1.0], "b": None}

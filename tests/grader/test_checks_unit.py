@@ -1,5 +1,5 @@
-"""Unit tests of grader/checks.py (compare, Tolerance, CheckResult) and the softmax_backward
-oracles (vjp_fp64, autograd_vjp_fp64, central_difference_fp64) on hand-checkable numbers.
+"""Unit tests of grader/checks.py (compare, Tolerance), the result contract's check outcome and
+the softmax_backward oracles (vjp_fp64, autograd_vjp_fp64, central_difference_fp64) on hand-checkable numbers.
 
 No child process and no Triton here: these run in milliseconds.
 """
@@ -11,31 +11,34 @@ import math
 import pytest
 import torch
 
-from grader.assignments import softmax_backward as spec
-from grader.checks import CheckResult, Tolerance, compare
+from grader.assignments.softmax_backward.inputs import make_logits, make_upstream
+from grader.assignments.softmax_backward.oracle import autograd_vjp_fp64, central_difference_fp64, vjp_fp64
+from grader.assignments.softmax_backward.spec import CENTRAL_DIFFERENCE_ATOL, LONG_ROW, TOLERANCES
+from grader.checks import Tolerance, compare
+from grader.contract import CheckOutcome
 
 F64 = torch.float64
-FP32 = spec.TOLERANCES[torch.float32]
-FP16 = spec.TOLERANCES[torch.float16]
-BF16 = spec.TOLERANCES[torch.bfloat16]
+FP32 = TOLERANCES[torch.float32]
+FP16 = TOLERANCES[torch.float16]
+BF16 = TOLERANCES[torch.bfloat16]
 
 
 def _t(rows) -> torch.Tensor:
     return torch.tensor(rows, dtype=F64)
 
 
-def _long_rows(seed: int, rows: int = 4, cols: int = spec.LONG_ROW):
+def _long_rows(seed: int, rows: int = 4, cols: int = LONG_ROW):
     """(x, y, g) like the grader's: row spreads 1, 6, 0.1, 25 and g row means 0, 3, -1.5, 0.5."""
     generator = torch.Generator().manual_seed(seed)
-    x = spec.make_logits(generator, rows, cols)
-    g = spec.make_upstream(generator, rows, cols)
+    x = make_logits(generator, rows, cols)
+    g = make_upstream(generator, rows, cols)
     return x, torch.softmax(x, dim=-1), g
 
 
 # ---- oracles on hand-checkable numbers -------------------------------------------------------
 def test_two_element_example_from_the_assignment():
     y, g = _t([[0.25, 0.75]]), _t([[2.0, -1.0]])
-    dx, scale = spec.vjp_fp64(y, g)
+    dx, scale = vjp_fp64(y, g)
     assert float((y * g).sum()) == -0.25  # dot = 0.5 - 0.75
     assert dx.tolist() == [[0.5625, -0.5625]]  # exact: [0.25 * 2.25, 0.75 * (-0.75)]
     assert float(dx.sum()) == 0.0  # softmax is shift-invariant
@@ -51,42 +54,42 @@ def test_dense_jacobian_times_g_equals_the_vjp():
     for g in (torch.tensor([1.0, 0.0, 0.0], dtype=F64), torch.tensor([0.3, -2.0, 5.0], dtype=F64),
               torch.randn(3, generator=generator, dtype=F64)):
         expected = jacobian.T @ g
-        dx, _ = spec.vjp_fp64(p[None], g[None])
+        dx, _ = vjp_fp64(p[None], g[None])
         assert torch.allclose(dx[0], expected, rtol=0, atol=1e-15), (dx, expected)
-        assert torch.allclose(spec.autograd_vjp_fp64(p.log()[None], g[None])[0], expected, rtol=0, atol=1e-15)
+        assert torch.allclose(autograd_vjp_fp64(p.log()[None], g[None])[0], expected, rtol=0, atol=1e-15)
 
 
 def test_softmax_cross_entropy_gradient_is_p_minus_y():
     p = _t([[0.25, 0.60, 0.15]])
     y = _t([[0.0, 1.0, 0.0]])
     g = torch.where(y > 0, -y / p, torch.zeros_like(p))  # dL/dp of L = -sum(y log p)
-    dx, _ = spec.vjp_fp64(p, g)
+    dx, _ = vjp_fp64(p, g)
     assert math.isclose(float(dx[0, 1]), -0.40, rel_tol=0, abs_tol=1e-15)
     assert torch.allclose(dx, p - y, rtol=0, atol=1e-15)
 
 
 def test_autograd_oracle_agrees_with_the_formula_on_adversarial_rows():
     x, y, g = _long_rows(seed=1, rows=8, cols=1000)
-    formula, scale = spec.vjp_fp64(y, g)
-    autograd = spec.autograd_vjp_fp64(x, g)
+    formula, scale = vjp_fp64(y, g)
+    autograd = autograd_vjp_fp64(x, g)
     assert bool(((autograd - formula).abs() <= 1e-12 * scale + 1e-300).all())
 
 
 def test_central_difference_agrees_with_autograd():
     generator = torch.Generator().manual_seed(2)
-    x = spec.make_logits(generator, 3, 37)
-    g = spec.make_upstream(generator, 3, 37)
-    autograd = spec.autograd_vjp_fp64(x, g)
+    x = make_logits(generator, 3, 37)
+    g = make_upstream(generator, 3, 37)
+    autograd = autograd_vjp_fp64(x, g)
     for row, col in [(0, 0), (1, 5), (2, 36), (1, 17)]:
-        slope = spec.central_difference_fp64(x, g, row, col)
-        assert abs(slope - float(autograd[row, col])) <= spec.CENTRAL_DIFFERENCE_ATOL, (row, col)
+        slope = central_difference_fp64(x, g, row, col)
+        assert abs(slope - float(autograd[row, col])) <= CENTRAL_DIFFERENCE_ATOL, (row, col)
 
 
 def test_oracle_upcasts_the_rounded_input_it_was_given():
     _, y, g = _long_rows(seed=3, rows=2, cols=257)
     y16, g16 = y.half(), g.half()
-    dx16, _ = spec.vjp_fp64(y16, g16)
-    dx_rounded, _ = spec.vjp_fp64(y16.double(), g16.double())
+    dx16, _ = vjp_fp64(y16, g16)
+    dx_rounded, _ = vjp_fp64(y16.double(), g16.double())
     assert dx16.dtype == F64 and torch.equal(dx16, dx_rounded)
 
 
@@ -156,16 +159,20 @@ def test_empty_output_passes_trivially():
     assert compare(empty.float(), empty, empty, FP32).passed
 
 
-def test_check_result_json_carries_its_numbers():
-    result = CheckResult("autograd_fp32", False, "bad", numbers={"max_abs_err": 1.5})
-    assert result.as_json() == {"name": "autograd_fp32", "passed": False, "skipped": False, "message": "bad",
-                                "max_abs_err": 1.5}
+def test_check_outcome_json_carries_its_numbers_and_infinity_as_a_string():
+    result = CheckOutcome(name="autograd_fp32", passed=False, message="bad", max_abs_err=1.5,
+                          max_err_over_tolerance=float("inf"))
+    text = result.model_dump_json()
+    assert '"max_abs_err":1.5' in text and '"max_err_over_tolerance":"Infinity"' in text  # strict JSON
+    assert CheckOutcome.model_validate_json(text).max_err_over_tolerance == float("inf")
+    with pytest.raises(ValueError):
+        CheckOutcome(name="x", passed=True, skipped=True, message="a skipped check never passes")
 
 
 # ---- the tolerance table -----------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_tolerance_has_both_parts_and_a_reason(dtype):
-    tolerance = spec.TOLERANCES[dtype]
+    tolerance = TOLERANCES[dtype]
     assert 0 < tolerance.rtol < 0.05 and 0 < tolerance.atol < 1e-6
     assert len(tolerance.why) > 20
     assert str(tolerance.rtol)[:4] in tolerance.describe() or f"{tolerance.rtol:.3g}" in tolerance.describe()
@@ -177,27 +184,27 @@ def test_fp32_arithmetic_rounded_to_the_dtype_passes_on_long_rows(dtype):
     y_in, g_in = y.to(dtype), g.to(dtype)
     y32, g32 = y_in.float(), g_in.float()
     got = (y32 * (g32 - (y32 * g32).sum(-1, keepdim=True))).to(dtype)
-    expected, scale = spec.vjp_fp64(y_in, g_in)
-    result = compare(got, expected, scale, spec.TOLERANCES[dtype])
+    expected, scale = vjp_fp64(y_in, g_in)
+    result = compare(got, expected, scale, TOLERANCES[dtype])
     assert result.passed, result.describe()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_all_zeros_fail_on_long_rows(dtype):
     _, y, g = _long_rows(seed=5)
-    expected, scale = spec.vjp_fp64(y.to(dtype), g.to(dtype))
-    result = compare(torch.zeros_like(expected).to(dtype), expected, scale, spec.TOLERANCES[dtype])
+    expected, scale = vjp_fp64(y.to(dtype), g.to(dtype))
+    result = compare(torch.zeros_like(expected).to(dtype), expected, scale, TOLERANCES[dtype])
     assert not result.passed
     for row in range(expected.shape[0]):  # on every row, not only the peaked ones
         assert not compare(torch.zeros(1, expected.shape[1]), expected[row:row + 1], scale[row:row + 1],
-                           spec.TOLERANCES[dtype]).passed, f"zeros pass on row {row}"
+                           TOLERANCES[dtype]).passed, f"zeros pass on row {row}"
 
 
 def test_a_fixed_atol_would_let_zeros_pass_on_a_near_uniform_long_row():
     """Why the bound scales with each row: dx is O(1/N) on a near-uniform row of N = 65536."""
     _, y, g = _long_rows(seed=6)
     row = slice(2, 3)  # spread 0.1: every y ~ 1/N
-    expected, scale = spec.vjp_fp64(y[row], g[row])
+    expected, scale = vjp_fp64(y[row], g[row])
     zeros = torch.zeros_like(expected)
     assert compare(zeros, expected, scale, Tolerance(rtol=0.0, atol=1e-4, why="a plausible fixed atol")).passed
     assert not compare(zeros, expected, scale, FP32).passed
@@ -214,7 +221,7 @@ def test_common_mistakes_fail_the_fp32_tolerance(error):
         "no_dot": y * g,
         "wrong_axis": y * (g - (y * g).sum(0, keepdim=True)),
     }[error]
-    expected, scale = spec.vjp_fp64(y, g)
+    expected, scale = vjp_fp64(y, g)
     assert not compare(wrong.float(), expected, scale, FP32).passed
 
 
@@ -224,5 +231,5 @@ def test_fp16_tolerance_catches_a_dot_off_by_one_fp16_ulp():
     y32, g32 = y16.float(), g16.float()
     dot = (y32 * g32).sum(-1, keepdim=True)
     got = (y32 * (g32 - dot * (1 + 2.0**-10))).half()  # what an fp16 accumulator can give
-    expected, scale = spec.vjp_fp64(y16, g16)
+    expected, scale = vjp_fp64(y16, g16)
     assert not compare(got, expected, scale, FP16).passed

@@ -1,4 +1,4 @@
-"""The hostile corpus (tests/corpus/hostile/): attacks on the grader give the right verdict and
+"""The hostile corpus (tests/corpus/softmax_backward/hostile/): attacks on the grader give the right verdict and
 leak nothing.
 
 While the module runs, the grading process (this one) holds secrets an attacker would want:
@@ -39,7 +39,7 @@ from grading_support import (
     summary,
 )
 
-from grader.assignments.softmax_backward import CHECK_NAMES
+from grader.assignments.softmax_backward.spec import CHECK_NAMES
 from grader.runner import InfrastructureError
 
 pytestmark = requires_bwrap
@@ -320,10 +320,10 @@ def test_env_secrets_sees_only_the_scrubbed_environment(hostile):
             for name in ("GRADER_", "AWS_", "DATABASE_URL", "TOKEN"):
                 assert name not in line, line[:500]
     read_ok = {line.split()[1] for line in log.splitlines() if line.startswith("READ_OK ")}
-    forbidden = [p for p in read_ok if p.endswith(("softmax_backward_reference.py", "settings.py", ".env", "shadow",
+    forbidden = [p for p in read_ok if p.endswith(("softmax_backward/reference.py", "settings.py", ".env", "shadow",
                                                     ".bash_history")) or "planted-secret" in p]
     assert not forbidden, f"the child could read {forbidden}"
-    assert re.search(r"READ_FAIL \S+softmax_backward_reference\.py", log), "it must have tried the reference"
+    assert re.search(r"READ_FAIL \S+softmax_backward/reference\.py", log), "it must have tried the reference"
 
 
 def test_network_is_unreachable(hostile):

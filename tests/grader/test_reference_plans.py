@@ -24,8 +24,9 @@ ROOT = Path(__file__).resolve().parents[2]
 CHILD = r'''
 import json, sys
 import torch
-import grader.assignments.softmax_backward as spec
-import grader.assignments.softmax_backward_reference as ref
+import grader.assignments.softmax_backward.spec as spec
+from grader.assignments.softmax_backward.oracle import vjp_fp64
+import grader.assignments.softmax_backward.reference as ref
 
 ref._sm_count = lambda device: 4  # a "GPU" with 4 multiprocessors, for _plan's long-row choices
 cuda = torch.device("cuda")
@@ -64,7 +65,7 @@ for label, m, n, plan in plans():
             y, g = inputs(m, n, dtype, layout, seed=len(results))
             dx = torch.full((m, n), float("nan"), dtype=dtype)
             ref._launch(y, g, dx, dict(plan))
-            expected, scale = spec.vjp_fp64(y, g)
+            expected, scale = vjp_fp64(y, g)
             err = ((dx.double() - expected).abs() / spec.TOLERANCES[dtype].allowed(expected, scale))
             worst = float(torch.nan_to_num(err, nan=float("inf")).max())
             results.append({"label": label, "kind": plan["kind"], "plan": plan, "dtype": str(dtype),

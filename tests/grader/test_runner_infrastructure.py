@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 from grading_support import REFERENCE, requires_bwrap
 
-from grader import runner, sandbox
+from pydantic import ValidationError
+
+from grader import evidence, runner, sandbox
+from grader.harness.protocol import CallReport
 from grader.sandbox import CapturedLog, ChildOutcome
 from grader.settings import GraderSettings
 
@@ -39,26 +42,28 @@ def _outcome(**overrides) -> ChildOutcome:
 def test_child_that_never_started_is_an_infrastructure_error(tmp_path):
     # The H200 run's first attempt: bubblewrap refused a bind, the harness never ran.
     with pytest.raises(runner.InfrastructureError, match="before importing the submission"):
-        runner._child_error(_outcome(progress=_Progress(None, None)), tmp_path, GraderSettings())
+        evidence.child_error(_outcome(progress=_Progress(None, None)), tmp_path, GraderSettings())
 
 
 def test_child_that_started_then_exited_is_the_submissions_error(tmp_path):
-    error = runner._child_error(_outcome(returncode=0, progress=_Progress("import", "call autograd_fp32/0")), tmp_path, GraderSettings())
-    assert error["kind"] == "exited"
-    assert "autograd_fp32/0" in error["message"]
+    error = evidence.child_error(_outcome(returncode=0, progress=_Progress("import", "call autograd_fp32/0")), tmp_path,
+                                 GraderSettings())
+    assert error.kind == "exited"
+    assert "autograd_fp32/0" in error.message
 
 
 def test_signal_death_reported_as_crash(tmp_path):
-    error = runner._child_error(_outcome(returncode=139, signal=11, progress=_Progress("import", "call edge_shapes/2")), tmp_path, GraderSettings())
-    assert error["kind"] == "crash" and "SIGSEGV" in error["message"]
+    error = evidence.child_error(_outcome(returncode=139, signal=11, progress=_Progress("import", "call edge_shapes/2")),
+                                 tmp_path, GraderSettings())
+    assert error.kind == "crash" and "SIGSEGV" in error.message
 
 
 def test_timeout_in_a_call_explains_compile_time_of_whole_row_blocks(tmp_path):
     # On the GPU a kernel with one 262144-element block per row compiled past the time limit.
     outcome = _outcome(returncode=-9, timed_out=True, progress=_Progress("import", "call edge_shapes/6"))
-    error = runner._child_error(outcome, tmp_path, GraderSettings(child_timeout_s=60))
-    assert error["kind"] == "timeout"
-    assert "edge_shapes/6" in error["message"] and "loop over long rows in chunks" in error["message"]
+    error = evidence.child_error(outcome, tmp_path, GraderSettings(child_timeout_s=60))
+    assert error.kind == "timeout"
+    assert "edge_shapes/6" in error.message and "loop over long rows in chunks" in error.message
 
 
 def test_driver_symlinks_are_recreated_not_bound(tmp_path, monkeypatch):
@@ -71,7 +76,7 @@ def test_driver_symlinks_are_recreated_not_bound(tmp_path, monkeypatch):
     monkeypatch.setattr(sandbox.shutil, "which", lambda name: "/usr/bin/bwrap")
     monkeypatch.setattr(sandbox.os, "listdir", lambda path: [] if path == "/dev" else os.listdir(path))
     command = sandbox._bwrap_command(
-        python="/usr/bin/python3", harness=Path(runner.HARNESS), workdir=tmp_path, device="cuda",
+        python="/usr/bin/python3", harness=tmp_path / "harness" / "check_child.py", workdir=tmp_path, device="cuda",
         settings=GraderSettings(), args=[], cache_dir=None,
     )
     index = command.index(str(link))
@@ -82,23 +87,34 @@ def test_driver_symlinks_are_recreated_not_bound(tmp_path, monkeypatch):
 @requires_bwrap
 def test_broken_harness_start_raises_infrastructure_error(monkeypatch, tmp_path):
     """A real sandboxed run whose harness dies before the import: exit 3, never a verdict."""
-    harness = tmp_path / "check_child.py"
-    harness.write_text("import sys\nsys.exit(1)\n")
-    monkeypatch.setattr(runner, "HARNESS", harness)
+    broken = tmp_path / "broken-harness"
+    broken.mkdir()
+    (broken / "check_child.py").write_text("import sys\nsys.exit(1)\n")
+    monkeypatch.setattr(sandbox, "HARNESS_SOURCE", broken)
     with pytest.raises(runner.InfrastructureError):
-        runner.grade_file(REFERENCE, device="cpu", settings=GraderSettings(child_timeout_s=60))
+        runner.grade_file(REFERENCE, assignment="softmax_backward", device="cpu",
+                          settings=GraderSettings(child_timeout_s=60))
 
 
-def test_malformed_child_reports_are_cleaned_not_trusted():
-    # A submission can rewrite its step reports; odd types must neither crash the parent nor be stored.
-    report = runner._clean_report({
-        "id": "autograd_fp32/0", "status": "passed!!", "launches": "many", "duration_s": "abc",
-        "exception": ["not", "a", "dict"], "out": {"shape": ["x"], "contiguous": "yes"},
-    })
-    assert report["status"] == "raised" and report["launches"] == 0 and report["duration_s"] == 0.0
-    assert report["exception"] == {"type": "?", "message": "", "exit": False}
-    assert report["out"]["shape"] == [] and report["out"]["contiguous"] is False
-    assert runner._clean_report({"status": "ok"}) is None  # no id: dropped
+@pytest.mark.parametrize("raw", [
+    {"id": "autograd_fp32/0", "status": "passed!!"},
+    {"id": "autograd_fp32/0", "status": "ok", "launches": "many"},
+    {"id": "autograd_fp32/0", "status": "ok", "duration_s": -1.0},
+    {"id": "autograd_fp32/0", "status": "raised", "exception": ["not", "a", "dict"]},
+    {"id": "autograd_fp32/0", "status": "ok", "out": {"shape": ["x"]}},
+    {"status": "ok"},
+])
+def test_malformed_child_reports_are_refused_not_trusted(raw):
+    # A submission can rewrite its step reports; a report that does not validate counts as
+    # missing (grader/evidence.py), so odd types neither crash the parent nor get stored.
+    with pytest.raises(ValidationError):
+        CallReport.model_validate(raw)
+
+
+def test_long_strings_in_child_reports_are_cut():
+    report = CallReport.model_validate({"id": "x" * 5000, "status": "raised",
+                                        "exception": {"type": "E" * 500, "message": "m" * 10**6}})
+    assert len(report.id) < 300 and len(report.exception.type) < 300 and len(report.exception.message) < 2100
 
 
 def test_unexpected_grader_failure_exits_3_as_infrastructure(monkeypatch, capsys):

@@ -21,7 +21,7 @@ import pytest
 from .helpers import FAKE_GRADER, INSTRUCTOR_TOKEN, kernel_source, wait_until
 
 REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
-REFERENCE = REPOSITORY_ROOT / "grader" / "assignments" / "softmax_backward_reference.py"
+REFERENCE = REPOSITORY_ROOT / "grader" / "assignments" / "softmax_backward" / "reference.py"
 
 pytestmark = pytest.mark.slow
 

@@ -34,7 +34,7 @@ def test_passed_with_checks_benchmark_and_versions() -> None:
     outcome = grade("speedup=1.93")
     assert outcome.status is SubmissionStatus.PASSED and outcome.exit_code == 0
     assert [c.name for c in outcome.checks] == ["autograd_fp32", "bf16_rows"]
-    assert outcome.checks[0].numbers == {"max_abs_err": 1e-7, "tolerance": 1e-5}
+    assert outcome.checks[0].numbers == {"max_abs_err": 1e-7, "tolerance": "1e-05 (fake)"}
     assert outcome.checks[1].skipped and not outcome.checks[1].passed
     assert outcome.headline_speedup == pytest.approx(1.93)
     assert outcome.result_document["seed"] == 1234

@@ -38,7 +38,7 @@ for pid in ["1", "self", str(os.getppid())] + [p for p in os.listdir("/proc") if
 _project = Path(sys.prefix).resolve().parent
 _targets = [
     _project / ".env",
-    _project / "grader" / "assignments" / "softmax_backward_reference.py",
+    _project / "grader" / "assignments" / "softmax_backward" / "reference.py",
     _project / "grader" / "settings.py",
     Path("/etc/shadow"),
     Path("/root/.bash_history"),
@@ -48,7 +48,7 @@ for finder in glob.glob(os.path.join(sys.prefix, "lib", "python*", "site-package
     _text = Path(finder).read_text(errors="replace")
     for token in _text.split("'"):
         if token.startswith("/") and token.rstrip("/").endswith("grader"):
-            _targets.append(Path(token) / "assignments" / "softmax_backward_reference.py")
+            _targets.append(Path(token) / "assignments" / "softmax_backward" / "reference.py")
 _targets += [Path(p) for p in glob.glob("/tmp/grader-hostile-planted-secret*")]
 for target in _targets:
     _read(target)

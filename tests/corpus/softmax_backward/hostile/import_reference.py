@@ -2,4 +2,4 @@
 
 Expected: verdict error, error.kind import (the project packages are not visible to the child).
 """
-from grader.assignments.softmax_backward_reference import softmax_backward  # noqa: F401
+from grader.assignments.softmax_backward.reference import softmax_backward  # noqa: F401

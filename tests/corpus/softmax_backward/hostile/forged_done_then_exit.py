@@ -19,7 +19,7 @@ for _index, _step in enumerate(_plan["steps"]):
                                  "exception": {"type": "ValueError", "message": "no", "exit": False}})
             else:
                 _reports.append({"id": _id, "status": "ok", "launches": 1,
-                                 "out": {"shape": _call["y"]["size"], "dtype": "float32", "device": "cpu",
+                                 "out": {"shape": _call["args"][0]["size"], "dtype": "float32", "device": "cpu",
                                          "contiguous": True, "aliases_input": False, "requires_grad": False}})
     with open(f"step_{_index}.json", "w", encoding="utf-8") as handle:
         json.dump({"check": _step["check"], "calls": _reports}, handle)

@@ -1,0 +1,50 @@
+"""fp64 oracles of ``softmax_backward``: the formula, autograd at the logits, central difference."""
+
+from __future__ import annotations
+
+import torch
+
+from grader.assignments.softmax_backward.spec import CENTRAL_DIFFERENCE_H
+
+
+def vjp_fp64(y: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The softmax VJP and its error scale, in float64.
+
+    Args:
+        y: probabilities, (M, N), any float dtype (upcast here, so a rounded y gives the
+            oracle of the rounded input, as the half-precision check requires).
+        g: upstream gradient dL/dy, (M, N).
+
+    Returns:
+        (dx, scale): dx = y * (g - sum(y*g, -1)) and scale = |y| (|g| + |dot| + sum|y*g|),
+        both float64 (M, N), on the inputs' device.
+    """
+    y64 = y.detach().to(torch.float64)
+    g64 = g.detach().to(torch.float64)
+    dot = (y64 * g64).sum(dim=-1, keepdim=True)
+    dx = y64 * (g64 - dot)
+    scale = y64.abs() * (g64.abs() + dot.abs() + (y64 * g64).abs().sum(dim=-1, keepdim=True))
+    return dx, scale
+
+
+def autograd_vjp_fp64(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """dL/dx of L = sum(softmax(x, -1) * g) by PyTorch autograd in float64; x, g (M, N)."""
+    x64 = x.detach().to(torch.float64).requires_grad_(True)
+    loss = (torch.softmax(x64, dim=-1) * g.detach().to(torch.float64)).sum()
+    (grad,) = torch.autograd.grad(loss, x64)
+    return grad
+
+
+def central_difference_fp64(x: torch.Tensor, g: torch.Tensor, row: int, col: int,
+                            h: float = CENTRAL_DIFFERENCE_H) -> float:
+    """(L(x + h e) - L(x - h e)) / 2h for L = sum(softmax(x[row]) * g[row]), e the unit vector
+    at (row, col); evaluated in float64 (h = 1e-5 as the assignment says)."""
+    x_row = x[row].detach().to(torch.float64)
+    g_row = g[row].detach().to(torch.float64)
+    plus = x_row.clone()
+    plus[col] += h
+    minus = x_row.clone()
+    minus[col] -= h
+    loss_plus = float((torch.softmax(plus, -1) * g_row).sum())
+    loss_minus = float((torch.softmax(minus, -1) * g_row).sum())
+    return (loss_plus - loss_minus) / (2 * h)

@@ -1,0 +1,163 @@
+"""Running the two timing children and reading what they wrote.
+
+- The peers child never imports a submission: it times the assignment's peers (bench.py's
+  PEERS, torch.compile of the baseline, the course reference kernel), the device-to-device
+  copy bandwidth and the streaming probe. It runs trusted code only, so outside the sandbox;
+  its result is cached per GPU, software, options and reference source (``cached_peers``).
+- The student child runs in the sandbox, imports the submission and times it.
+
+Both run grader/harness/bench_child.py from a staged harness folder that also holds the
+assignment's bench.py as ``assignment_bench.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from grader.assignments.protocol import Assignment
+from grader.benchmark.options import BenchmarkOptions, benchmark_rows
+from grader.benchmark.verify import verify_rows
+from grader.sandbox import HARNESS_SOURCE, run_sandboxed, stage_harness
+from grader.version import grader_version, package_version
+
+HARNESS_NAME = "bench_child.py"
+
+
+def _stage(assignment: Assignment, settings) -> Path:
+    """A fresh private folder with the harness scripts and the assignment's bench.py, outside
+    every folder a child may write to (the caller removes it)."""
+    root = Path(tempfile.mkdtemp(prefix="bench-harness-", dir=getattr(settings, "work_root", None) or None))
+    return stage_harness(root, {"assignment_bench.py": assignment.benchmark.bench_file}) / HARNESS_NAME
+
+
+def _write_plan(workdir: Path, *, mode: str, rows: list[dict], options: BenchmarkOptions, assignment: Assignment,
+                extra: dict) -> None:
+    plan = {"mode": mode, "rows": rows, "options": options.child_options(),
+            "function": assignment.manifest.function, "module_file": assignment.manifest.module_file, **extra}
+    (workdir / "bench_plan.json").write_text(json.dumps(plan))
+
+
+def read_child_result(workdir: Path) -> dict | None:
+    """``bench_result.json`` (complete) or else ``bench_progress.json`` (stopped early), or None."""
+    for name in ("bench_result.json", "bench_progress.json"):
+        path = workdir / name
+        if path.exists():
+            try:
+                document = json.loads(path.read_text())
+                if isinstance(document, dict):
+                    document["complete"] = name == "bench_result.json"
+                    return document
+            except (OSError, ValueError):
+                return None
+    return None
+
+
+def run_peers(assignment: Assignment, *, options: BenchmarkOptions | None = None, settings=None,
+              rows: list[dict] | None = None) -> dict:
+    """Time the peers and the copy bandwidth in a child that never imports a submission.
+
+    Returns {"gpu", "versions", "copy_bandwidth", "rows": [{id, impls: {...}}], ...} with each
+    implementation's outputs already re-verified (``verified``) and ``duration_s`` (seconds).
+    """
+    options = options or BenchmarkOptions()
+    rows = rows or benchmark_rows(assignment.benchmark, options)
+    work_root = getattr(settings, "work_root", None) if settings is not None else None
+    workdir = Path(tempfile.mkdtemp(prefix="bench-peers-", dir=work_root))
+    harness = _stage(assignment, settings)
+    started = time.monotonic()
+    try:
+        shutil.copy(assignment.reference_file, workdir / "course_reference.py")
+        peer_options = BenchmarkOptions(**{**asdict(options), "save_full": False})
+        _write_plan(workdir, mode="peers", rows=rows, options=peer_options, assignment=assignment,
+                    extra={"reference_file": "course_reference.py"})
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        try:
+            proc = subprocess.run([sys.executable, "-I", str(harness), str(workdir)], cwd=workdir, env=env,
+                                  stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                  timeout=options.peers_timeout_s)
+            log_tail, returncode = (proc.stdout + proc.stderr)[-4000:], proc.returncode
+        except subprocess.TimeoutExpired as exc:
+            log_tail, returncode = f"timed out after {options.peers_timeout_s} s: {str(exc.stderr)[-2000:]}", None
+        document = read_child_result(workdir) or {"error": "the peers process left no result", "rows": []}
+        document["returncode"] = returncode
+        document["log_tail"] = log_tail
+        verify_rows(assignment, document, workdir, rows, options.sets)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(harness.parent, ignore_errors=True)
+    document["duration_s"] = time.monotonic() - started
+    return document
+
+
+def _peers_cache_path(assignment: Assignment, options: BenchmarkOptions, settings) -> Path:
+    """Where a peers result for this GPU, software, options and reference source is cached."""
+    import torch
+
+    props = torch.cuda.get_device_properties(0)
+    harness_digest = hashlib.sha256()
+    for path in sorted(HARNESS_SOURCE.glob("*.py")):
+        harness_digest.update(path.read_bytes())
+    key = json.dumps({
+        "gpu": props.name, "uuid": str(getattr(props, "uuid", "")), "torch": torch.__version__,
+        "triton": package_version("triton"), "grader": grader_version(), "assignment": assignment.manifest.name,
+        "options": {k: v for k, v in asdict(options).items() if k not in ("student_timeout_s", "peers_cache_s", "save_full")},
+        "reference": hashlib.sha256(assignment.reference_file.read_bytes()).hexdigest(),
+        "bench": hashlib.sha256(assignment.benchmark.bench_file.read_bytes()).hexdigest(),
+        "harness": harness_digest.hexdigest(),
+    }, sort_keys=True, default=str)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:20]
+    root = Path(getattr(settings, "work_root", None) or tempfile.gettempdir())
+    return root / f"grader-bench-peers-{digest}.json"
+
+
+def cached_peers(assignment: Assignment, *, options: BenchmarkOptions, settings, rows: list[dict]) -> dict:
+    """A cached peers result if one is young enough, else ``run_peers`` (and cache it)."""
+    path = _peers_cache_path(assignment, options, settings) if options.peers_cache_s > 0 else None
+    if path is not None and path.exists() and time.time() - path.stat().st_mtime < options.peers_cache_s:
+        try:
+            document = json.loads(path.read_text())
+            document["cached_from"] = str(path)
+            return document
+        except (OSError, ValueError):
+            pass
+    document = run_peers(assignment, options=options, settings=settings, rows=rows)
+    usable = (document.get("copy_bandwidth") or {}).get("bytes_per_s") and not document.get("error")
+    if path is not None and usable:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(document, default=str))
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    return document
+
+
+def run_student(source_dir: Path, assignment: Assignment, *, rows: list[dict], options: BenchmarkOptions, settings,
+                cache_dir: Path | None = None) -> tuple[dict, dict]:
+    """Time the submission in ``source_dir`` in the sandbox; returns (its document, process info:
+    duration_s, returncode, timed_out, memory_exceeded, log)."""
+    harness = _stage(assignment, settings)
+    _write_plan(source_dir, mode="student", rows=rows, options=options, assignment=assignment, extra={})
+    settings = settings.model_copy(update={"child_timeout_s": max(settings.child_timeout_s, options.student_timeout_s)})
+    try:
+        outcome = run_sandboxed(harness=harness, workdir=source_dir, device="cuda", settings=settings,
+                                args=[str(source_dir)], cache_dir=cache_dir)
+    finally:
+        shutil.rmtree(harness.parent, ignore_errors=True)
+    info = {"duration_s": outcome.duration_s, "returncode": outcome.returncode, "timed_out": outcome.timed_out,
+            "memory_exceeded": outcome.memory_exceeded, "log": outcome.log.as_json()}
+    document = read_child_result(source_dir) or {"rows": []}
+    if outcome.timed_out:
+        document.setdefault("error", f"the timing process did not finish within {settings.child_timeout_s:g} s")
+    elif outcome.memory_exceeded:
+        document.setdefault("error", "the timing process exceeded its memory limit")
+    elif not document.get("complete") and "error" not in document:
+        document["error"] = f"the timing process stopped early (exit status {outcome.returncode})"
+    return document, info

@@ -1,0 +1,205 @@
+"""Evaluators shared by the assignments' checks: outputs against oracles, the output contract,
+expected exceptions.
+
+Each takes a ``PlannedCheck`` and its ``CheckEvidence`` and returns the check's
+``CheckOutcome``. Assignment-specific knowledge comes in as arguments: the hint for a failure,
+and a ``diagnose`` function that names a known wrong formula when the output matches one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from grader.checks import Comparison, compare
+from grader.contract import CheckOutcome
+from grader.plan import CheckEvidence, PlannedCall, PlannedCheck, dtype_name
+
+#: ``diagnose(out, call, evidence) -> sentence or ""``: names a known mistake the output matches.
+Diagnose = Callable[[torch.Tensor, PlannedCall, CheckEvidence], str]
+
+
+def describe_failure(evidence: CheckEvidence, call: PlannedCall, round_id: str) -> str | None:
+    """Why a call round has no output to compare (no report, raised, not a tensor), or None."""
+    got = evidence.calls.get(round_id)
+    report = got.report if got else None
+    if report is None:
+        return f"{call.label}: no result (the process stopped before this call finished)"
+    if report.status == "raised":
+        exc = report.exception
+        return f"{call.label}: raised {exc.type if exc else '?'}: {(exc.message if exc else '')[:300]}"
+    if report.status == "not_tensor":
+        return f"{call.label}: returned {report.returned_type}, not a torch.Tensor"
+    return None
+
+
+def single_output(check: PlannedCheck, call: PlannedCall, evidence: CheckEvidence, hint: str
+                  ) -> tuple[torch.Tensor | None, CheckOutcome | None]:
+    """The output of the call's first round if it returned one of the expected shape, else the
+    failing outcome of ``check``."""
+    problem = describe_failure(evidence, call, call.id)
+    got = evidence.calls.get(call.id)
+    expected_shape = tuple(call.expected[0].shape) if call.expected else None
+    if problem is None and (got.out is None or (expected_shape is not None and tuple(got.out.shape) != expected_shape)):
+        problem = f"{call.label}: no output of shape {expected_shape} could be read back"
+    if problem is not None:
+        return None, CheckOutcome(name=check.name, passed=False, message=f"{problem}. Hint: {hint}")
+    return got.out, None
+
+
+def diagnose_coverage(got: torch.Tensor, comparison_bad: torch.Tensor, expected: torch.Tensor) -> str:
+    """Name an uncovered block of the output, the mark of a grid, loop bound or mask that stops
+    short: NaN outputs where every input is finite, or every column (row) from some index on
+    wrong while every one before it is right. Only for 2-D outputs; "" when nothing fits."""
+    got64 = got.double()
+    not_finite = ~torch.isfinite(got64)
+    if bool(not_finite.any()) and bool(torch.isfinite(expected).all()):
+        first = [int(i) for i in torch.nonzero(not_finite)[0]]
+        return (f" {int(not_finite.sum())} outputs are NaN or inf (the first at {first}) although every input"
+                f" is finite: the kernel read outside its inputs (the grader surrounds them with NaN) or left"
+                f" those outputs unwritten (a grid, loop or mask that does not cover every element).")
+    if got.dim() != 2:
+        return ""
+    for axis, what, advice in ((0, "column", "a grid, loop bound or mask that stops short of the row's end"),
+                               (1, "row", "a grid that launches too few programs for all rows")):
+        per_index = comparison_bad.any(dim=axis)
+        if per_index.numel() < 2 or not bool(per_index.any()) or bool(per_index.all()):
+            continue
+        first_bad = int(torch.nonzero(per_index)[0])
+        if first_bad > 0 and bool(per_index[first_bad:].all()):
+            return (f" Every {what} from {what} {first_bad} on is wrong and every {what} before it is right:"
+                    f" look for {advice}.")
+    return ""
+
+
+def _bad_mask(out: torch.Tensor, expected: torch.Tensor, scale: torch.Tensor, call: PlannedCall) -> torch.Tensor:
+    return ~((out.double() - expected).abs() <= call.tolerance.allowed(expected, scale))
+
+
+def evaluate_values(check: PlannedCheck, evidence: CheckEvidence, *, hint: str,
+                    diagnose: Diagnose | None = None) -> CheckOutcome:
+    """Every round of every call must return the oracle's values within the dtype's tolerance.
+
+    The first failure is described in full (count, worst index, got vs expected, the
+    tolerance); a diagnosis (uncovered block, known wrong formula) replaces the generic hint
+    when one fits.
+    """
+    failures: list[str] = []
+    worst_ratio = 0.0
+    worst_abs = 0.0
+    compared = 0
+    tolerance_reason = ""
+    diagnosed = False
+    for call in check.calls:
+        for round_index, round_id in enumerate(call.round_ids):
+            problem = describe_failure(evidence, call, round_id)
+            if problem:
+                failures.append(problem)
+                continue
+            out = evidence.calls[round_id].out
+            if out is None:
+                failures.append(f"{call.label}: output could not be read back")
+                continue
+            expected = call.expected[round_index]
+            if tuple(out.shape) != tuple(expected.shape):
+                failures.append(f"{call.label}: output shape {tuple(out.shape)}, expected {tuple(expected.shape)}")
+                continue
+            if call.out_dtype is not None and out.dtype != call.out_dtype:
+                failures.append(f"{call.label}: output dtype {dtype_name(out.dtype)}, expected "
+                                f"{dtype_name(call.out_dtype)} (keep the input dtype)")
+                continue
+            scale = call.scale[round_index]
+            result: Comparison = compare(out, expected, scale, call.tolerance)
+            compared += 1
+            worst_ratio = max(worst_ratio, result.max_ratio)
+            worst_abs = max(worst_abs, result.max_abs_err)
+            if not result.passed:
+                label = call.label + (f" (refill {round_index})" if round_index else "")
+                text = f"{label}: {result.describe()}; tolerance {call.tolerance.describe_short()}."
+                finding = diagnose_coverage(out, _bad_mask(out, expected, scale, call), expected)
+                if not finding and diagnose is not None and round_index == 0:
+                    finding = diagnose(out, call, evidence)
+                if finding and not failures:
+                    diagnosed = True
+                failures.append(text + finding)
+                tolerance_reason = tolerance_reason or call.tolerance.describe()
+    numbers = {"cases": compared}
+    if compared:
+        numbers.update(max_abs_err=worst_abs, max_err_over_tolerance=worst_ratio)
+    if failures:
+        more = f" (+{len(failures) - 1} more)" if len(failures) > 1 else ""
+        hint_text = "" if diagnosed else f" Hint: {hint}"
+        return CheckOutcome(name=check.name, passed=False, message=failures[0].rstrip(".") + more + "." + hint_text,
+                            tolerance=tolerance_reason or None, **numbers)
+    return CheckOutcome(name=check.name, passed=True, message=f"{compared} cases, worst error {worst_ratio:.2g} of tolerance",
+                        **numbers)
+
+
+def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same dtype, shape and bits (NaN payloads included)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if not a.dtype.is_floating_point:
+        return bool(torch.equal(a, b))
+    int_type = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+    return bool(torch.equal(a.view(int_type), b.view(int_type)))
+
+
+def evaluate_output_contract(check: PlannedCheck, evidence: CheckEvidence, *, hint: str, device: str) -> CheckOutcome:
+    """The output is a fresh contiguous tensor of the expected shape, dtype and device, sharing
+    no memory with the inputs, and every input base (guards included) is bitwise unchanged."""
+    problems: list[str] = []
+    for call in check.calls:
+        problem = describe_failure(evidence, call, call.id)
+        if problem:
+            problems.append(problem)
+            continue
+        got = evidence.calls[call.id]
+        meta = got.report.out
+        want_shape = list(call.expected[0].shape) if call.expected else None
+        want_dtype = dtype_name(call.out_dtype) if call.out_dtype is not None else None
+        if meta is None:
+            problems.append(f"{call.label}: no output description came back")
+            continue
+        if want_shape is not None and meta.shape != want_shape:
+            problems.append(f"{call.label}: output shape {tuple(meta.shape)}, expected {tuple(want_shape)}")
+        if want_dtype is not None and meta.dtype != want_dtype:
+            problems.append(f"{call.label}: output dtype {meta.dtype}, expected {want_dtype}")
+        if not meta.device.startswith(device.split(":")[0]):
+            problems.append(f"{call.label}: output on {meta.device}, inputs on {device}")
+        if not meta.contiguous:
+            problems.append(f"{call.label}: output is not contiguous (strides {tuple(meta.stride)})")
+        if meta.aliases_input:
+            problems.append(f"{call.label}: output shares memory with an input (must be a fresh tensor)")
+        for spec in call.tensors():
+            if spec.device != "primary":
+                continue
+            before = evidence.bank.bases[spec.base]
+            after = got.bases_after.get(spec.base)
+            if after is None or not bitwise_equal(before, after):
+                problems.append(f"{call.label}: an input (or the memory around it) was modified by the call")
+                break
+    if problems:
+        return CheckOutcome(name=check.name, passed=False, message="; ".join(problems[:3]) + f". Hint: {hint}")
+    return CheckOutcome(name=check.name, passed=True,
+                        message=f"{len(check.calls)} calls: fresh contiguous output of the right shape, dtype and "
+                                "device; inputs untouched")
+
+
+def evaluate_raises(check: PlannedCheck, evidence: CheckEvidence, *, hint: str) -> CheckOutcome:
+    """Every call must raise an exception (not SystemExit)."""
+    raised, missing = [], []
+    for call in check.calls:
+        got = evidence.calls.get(call.id)
+        report = got.report if got else None
+        if report is None:
+            missing.append(f"{call.label}: no result (the process stopped)")
+        elif report.status == "raised" and report.exception is not None and not report.exception.exit:
+            raised.append(f"{call.label} -> {report.exception.type}")
+        else:
+            missing.append(f"{call.label}: did not raise")
+    details = {"raised": len(raised), "calls": len(check.calls)}
+    if missing:
+        return CheckOutcome(name=check.name, passed=False, message="; ".join(missing) + f". Hint: {hint}", details=details)
+    return CheckOutcome(name=check.name, passed=True, message="raised: " + "; ".join(raised), details=details)

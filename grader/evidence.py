@@ -1,0 +1,163 @@
+"""Reading what the sandboxed correctness child left behind, as evidence the parent can trust.
+
+The child is hostile (its process runs the submission): every report file is validated with
+the protocol's models (grader/harness/protocol.py) and a report that does not validate counts
+as missing; tensors are read as plain numbers; whether the run started and finished is taken
+from the progress pipe, which the submission can append to but not rewrite.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+from pydantic import ValidationError
+from safetensors.torch import load_file
+
+from grader.contract import ErrorKind, GradingError
+from grader.harness.protocol import CallReport, DoneReport, StepReport
+from grader.plan import CallEvidence, Plan
+from grader.sandbox import ChildOutcome
+from grader.settings import GraderSettings
+
+
+class InfrastructureError(RuntimeError):
+    """The grader or the machine failed; no verdict about the submission can be given."""
+
+
+def _last_progress(outcome: ChildOutcome) -> str | None:
+    """What the child was doing last, from its progress pipe, in words."""
+    last = outcome.progress.last if outcome.progress is not None else None
+    if last is None or last == "done":
+        return None
+    return "the import of the module" if last == "import" else f"call {last.removeprefix('call ')}"
+
+
+def _read_done(workdir: Path) -> DoneReport | None:
+    try:
+        return DoneReport.model_validate_json((workdir / "done.json").read_bytes())
+    except (OSError, ValidationError, ValueError):
+        return None
+
+
+def child_error(outcome: ChildOutcome, workdir: Path, settings: GraderSettings) -> GradingError | None:
+    """The error of a child that did not finish normally, or None if it did.
+
+    Raises:
+        InfrastructureError: the harness never started (it announces ``import`` on its
+            progress pipe before any submission code runs), so the sandbox or the child's
+            start-up failed, not the submission.
+    """
+    where = _last_progress(outcome)
+    during = f" during {where}" if where else ""
+    if outcome.timed_out:
+        message = f"did not finish within {settings.child_timeout_s:g} s (still running{during})"
+        if where and where.startswith("call"):
+            message += (
+                ". If that call was the first with a new row length: Triton compiles a kernel for each new "
+                "block size, and on a GPU a block holding a whole long row (e.g. 262144 elements) can take "
+                "minutes to compile; loop over long rows in chunks"
+            )
+        return GradingError(kind=ErrorKind.TIMEOUT, message=message)
+    if outcome.memory_exceeded:
+        return GradingError(kind=ErrorKind.RESOURCE_LIMIT,
+                            message=f"used more than {settings.memory_limit_bytes / 2**30:.3g} GiB of host memory{during}")
+    if outcome.output_exceeded:
+        return GradingError(kind=ErrorKind.RESOURCE_LIMIT,
+                            message=f"printed more than {settings.output_kill_bytes / 2**20:.3g} MiB of output{during}")
+    if outcome.process_limit_hit:
+        return GradingError(kind=ErrorKind.RESOURCE_LIMIT,
+                            message=f"tried to run more than {settings.max_processes} processes or threads{during}")
+    if outcome.progress is None or not outcome.progress.started:
+        raise InfrastructureError(
+            f"the sandboxed child failed before importing the submission (exit {outcome.returncode}): "
+            f"{outcome.log.text[-1500:]}"
+        )
+    finished = outcome.progress.done and outcome.returncode == 0
+    done = _read_done(workdir)
+    if done is not None and done.phase == "import":
+        exc = done.exception
+        kind = {"SystemExit": ErrorKind.EXITED, "MemoryError": ErrorKind.RESOURCE_LIMIT}.get(
+            exc.type if exc else "", ErrorKind.IMPORT)
+        return GradingError(kind=kind, message=f"importing the submission raised {exc.message if exc else '?'}",
+                            traceback=(exc.traceback[-3000:] if exc and exc.traceback else None))
+    if done is not None and done.phase == "lookup":
+        return GradingError(kind=ErrorKind.MISSING_FUNCTION,
+                            message=f"after import, the module has no callable {done.missing!r}")
+    if done is not None and done.phase == "fatal":
+        return GradingError(kind=ErrorKind.CRASH, message=f"a CUDA error poisoned the process{during}; later checks did not run")
+    if finished:
+        return None
+    # The harness did not announce the end of the run on its pipe: whatever files the child
+    # left, the run did not finish.
+    if outcome.signal is not None:
+        try:
+            name = signal.Signals(outcome.signal).name
+        except ValueError:
+            name = f"signal {outcome.signal}"
+        return GradingError(kind=ErrorKind.CRASH, message=f"the process was killed by {name}{during}")
+    return GradingError(
+        kind=ErrorKind.EXITED,
+        message=f"the process exited with status {outcome.returncode}{during} before the run finished "
+                "(sys.exit/os._exit in the submission?)",
+    )
+
+
+def call_context(outcome: ChildOutcome, plan: Plan, kind: ErrorKind, crash_hint: str) -> str:
+    """For an error that happened inside a call: that call's inputs, and a hint for crashes."""
+    last = outcome.progress.last if outcome.progress is not None else None
+    if not last or not last.startswith("call ") or kind not in (ErrorKind.CRASH, ErrorKind.EXITED, ErrorKind.TIMEOUT):
+        return ""
+    call = plan.calls().get(last.removeprefix("call ").split("@", 1)[0])
+    if call is None:
+        return ""
+    return f". The call's inputs: {call.label}." + (crash_hint if kind is ErrorKind.CRASH else "")
+
+
+def read_evidence(plan: Plan, workdir: Path) -> tuple[dict[str, CallEvidence], set[int]]:
+    """Per-round evidence of every step the child finished, keyed by round id, and the indexes
+    of the steps that left a report file. Malformed reports count as missing."""
+    calls: dict[str, CallEvidence] = {}
+    finished_steps: set[int] = set()
+    for index, _ in enumerate(plan.checks):
+        report_path = workdir / f"step_{index}.json"
+        if not report_path.exists():
+            continue
+        finished_steps.add(index)
+        try:
+            step = StepReport.model_validate_json(report_path.read_bytes())
+        except (OSError, ValidationError, ValueError):
+            continue
+        tensors_path = workdir / f"step_{index}.safetensors"
+        tensors = {}
+        if tensors_path.exists():
+            try:
+                tensors = load_file(str(tensors_path))
+            except Exception:  # noqa: BLE001 - a corrupt file reads as "no outputs"
+                tensors = {}
+        for raw in step.calls:
+            try:
+                report = CallReport.model_validate(raw)
+            except ValidationError:
+                continue
+            prefix = f"{report.id}:base_after:"
+            calls[report.id] = CallEvidence(
+                report=report,
+                out=tensors.get(f"{report.id}:out"),
+                bases_after={key.removeprefix(prefix): value for key, value in tensors.items() if key.startswith(prefix)},
+            )
+    return calls, finished_steps
+
+
+def call_level_error(evidence_calls: dict[str, CallEvidence]) -> GradingError | None:
+    """An error a call raised that ends the run: SystemExit, or MemoryError."""
+    for evidence in evidence_calls.values():
+        report = evidence.report
+        exc = report.exception if report else None
+        if exc is None:
+            continue
+        if exc.exit:
+            return GradingError(kind=ErrorKind.EXITED, message=f"the submission raised SystemExit in call {report.id}")
+        if exc.type == "MemoryError":
+            return GradingError(kind=ErrorKind.RESOURCE_LIMIT, message=f"ran out of memory in call {report.id}")
+    return None

@@ -1,0 +1,215 @@
+"""The plan of a correctness run and the evidence that comes back, for any assignment.
+
+An assignment's ``checks.py`` builds a ``Plan``: named checks, each a list of ``PlannedCall``s
+on inputs from one seeded ``torch.Generator``, with the fp64 oracle of every call computed
+here, in the parent. The plan travels to the sandboxed child as ``plan.json`` (a
+``protocol.CheckPlan``) plus one ``inputs.safetensors`` of flat base buffers; every tensor
+argument is a strided view of a base (``protocol.TensorSpec``), placed inside NaN guard
+elements so that a read outside the view shows up as NaN in the output.
+
+After the child ran, the runner collects a ``CallEvidence`` per call round (the validated
+report, the output tensor, the bases after the call) and hands a ``CheckEvidence`` to each
+check's ``evaluate``. Nothing here imports an assignment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from grader.checks import Tolerance
+from grader.contract import CheckOutcome
+from grader.harness.protocol import (
+    ArgSpec,
+    CallReport,
+    CallSpec,
+    CheckPlan,
+    ScalarSpec,
+    StepSpec,
+    TensorSpec,
+)
+
+#: NaN elements before and after every view in its base buffer: an out-of-bounds read shows
+#: as NaN in the output (integer bases are guarded with the dtype's most negative value).
+GUARD = 67
+
+#: Layouts a 2-D view can take inside its base (row stride, column stride) for (rows, cols).
+LAYOUTS_2D: dict[str, Callable[[int, int], tuple[int, int]]] = {
+    "contiguous": lambda rows, cols: (cols, 1),
+    "transposed": lambda rows, cols: (1, rows),  # column-major
+    "step": lambda rows, cols: (3 * cols + 2, 3),  # every 3rd column of a wider buffer
+    "transposed_step": lambda rows, cols: (2, 2 * rows + 1),
+}
+#: Layouts of a 1-D view: (stride,) for n elements.
+LAYOUTS_1D: dict[str, Callable[[int], tuple[int]]] = {
+    "contiguous": lambda n: (1,),
+    "step": lambda n: (3,),
+}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``float16`` for torch.float16 (the names used in labels and reports)."""
+    return str(dtype).replace("torch.", "")
+
+
+class InputBank:
+    """Flat base buffers sent to the child (one safetensors file) and the views into them."""
+
+    def __init__(self) -> None:
+        self.bases: dict[str, torch.Tensor] = {}
+
+    def add(self, flat: torch.Tensor) -> str:
+        """Keep ``flat`` (1-D) as a new base; returns its name."""
+        name = f"b{len(self.bases)}"
+        self.bases[name] = flat.contiguous()
+        return name
+
+    def view(self, values: torch.Tensor, dtype: torch.dtype, layout: str = "contiguous") -> TensorSpec:
+        """Place ``values`` (0-D, 1-D or 2-D) as a ``dtype`` view with ``layout`` inside guards.
+
+        Layouts: 2-D ``contiguous``, ``transposed`` (strides (1, M)), ``step`` (strides
+        (3N + 2, 3)), ``transposed_step`` (strides (2, 2M + 1)); 1-D ``contiguous``, ``step``
+        (stride 3); 0-D ``contiguous``.
+
+        Raises:
+            ValueError: a layout that does not exist for this number of dimensions.
+        """
+        if values.dim() == 2:
+            stride = LAYOUTS_2D[layout](*values.shape)
+        elif values.dim() == 1:
+            stride = LAYOUTS_1D[layout](values.shape[0])
+        elif values.dim() == 0 and layout == "contiguous":
+            stride = ()
+        else:
+            raise ValueError(f"no layout {layout!r} for a {values.dim()}-D view")
+        size = tuple(values.shape)
+        span = 1 + sum((n - 1) * s for n, s in zip(size, stride)) if all(size) else 0
+        fill = float("nan") if dtype.is_floating_point else torch.iinfo(dtype).min
+        flat = torch.full((GUARD + span + GUARD,), fill, dtype=dtype)
+        if span:
+            torch.as_strided(flat, size, stride, GUARD).copy_(values.to(dtype))
+        return TensorSpec(base=self.add(flat), size=list(size), stride=list(stride), offset=GUARD)
+
+    def values_of(self, spec: TensorSpec) -> torch.Tensor:
+        """The values of a view as the child sees them (same dtype), as a new tensor."""
+        return torch.as_strided(self.bases[spec.base], spec.size, spec.stride, spec.offset).clone()
+
+
+@dataclass
+class PlannedCall:
+    """One call the child makes, and what the parent expects of it.
+
+    Attributes:
+        id: unique in the plan ("check/index").
+        args, kwargs: the arguments (views of the bank's bases, or scalars).
+        expect: ``output`` (compare with the oracle) or ``raise`` (the call must raise).
+        label: the call's inputs in words, for messages ("(4, 1000) float16").
+        expected, scale: per round, the fp64 oracle and the error scale of each output element.
+        tolerance: the dtype's tolerance (grader.checks.Tolerance).
+        out_dtype: the dtype the output must have.
+        refills: per further round, argument position -> base holding the new values.
+        save_inputs_after: the child saves the bases as they are after the call.
+        record_launches: the child records the call's Triton launches (for replay).
+        extra: check-specific data (e.g. central-difference points).
+    """
+
+    id: str
+    args: list[ArgSpec]
+    expect: str = "output"
+    label: str = ""
+    kwargs: dict[str, ArgSpec] = field(default_factory=dict)
+    expected: list[torch.Tensor] = field(default_factory=list)
+    scale: list[torch.Tensor] = field(default_factory=list)
+    tolerance: Tolerance | None = None
+    out_dtype: torch.dtype | None = None
+    refills: list[dict[int, str]] = field(default_factory=list)
+    save_inputs_after: bool = False
+    record_launches: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def round_ids(self) -> list[str]:
+        """The ids of the call's rounds: ``id``, then ``id@1``, ``id@2``, ... per refill."""
+        return [self.id] + [f"{self.id}@{i + 1}" for i in range(len(self.refills))]
+
+    def tensors(self) -> list[TensorSpec]:
+        """The tensor arguments (positional, then keyword)."""
+        every = [*self.args, *self.kwargs.values()]
+        return [a for a in every if isinstance(a, TensorSpec)]
+
+    def to_spec(self) -> CallSpec:
+        return CallSpec(id=self.id, args=self.args, kwargs=self.kwargs, refills=self.refills,
+                        save_inputs_after=self.save_inputs_after, record_launches=self.record_launches)
+
+
+@dataclass
+class CallEvidence:
+    """What came back for one round of a call.
+
+    Attributes:
+        report: the child's validated report, or None when it sent none (it stopped first).
+        out: the returned tensor as read back (CPU, same dtype), or None.
+        bases_after: base name -> the base buffer as it was after the call (when asked for).
+    """
+
+    report: CallReport | None
+    out: torch.Tensor | None
+    bases_after: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+@dataclass
+class CheckEvidence:
+    """Everything a check's ``evaluate`` may look at: per-round evidence and the input bank."""
+
+    calls: dict[str, CallEvidence]
+    bank: InputBank
+
+
+@dataclass
+class PlannedCheck:
+    """A named check: its calls and the function that turns their evidence into a verdict."""
+
+    name: str
+    calls: list[PlannedCall]
+    evaluate: Callable[[PlannedCheck, CheckEvidence], CheckOutcome]
+
+
+class Plan:
+    """All checks of one grading run, with their inputs. Built in the parent only.
+
+    Attributes:
+        seed: the seed of ``generator``, recorded in the result.
+        device: ``cpu`` (Triton interpreter) or ``cuda``.
+        generator: the one torch.Generator every input of the run is drawn from.
+        bank: the base buffers.
+        checks: the checks in the assignment's order.
+    """
+
+    def __init__(self, *, seed: int, device: str) -> None:
+        self.seed = seed
+        self.device = device
+        self.generator = torch.Generator().manual_seed(seed)
+        self.bank = InputBank()
+        self.checks: list[PlannedCheck] = []
+
+    def calls(self) -> dict[str, PlannedCall]:
+        """Every planned call by id."""
+        return {call.id: call for check in self.checks for call in check.calls}
+
+    def to_protocol(self, *, function: str, module_file: str, other_device: str) -> CheckPlan:
+        """The plan as the child reads it (``plan.json``)."""
+        return CheckPlan(
+            function=function,
+            module_file=module_file,
+            device=self.device,
+            other_device=other_device,
+            steps=[StepSpec(check=c.name, calls=[call.to_spec() for call in c.calls]) for c in self.checks],
+        )
+
+
+def scalar(value: int | float | bool) -> ScalarSpec:
+    """A scalar argument."""
+    return ScalarSpec(value=value)
