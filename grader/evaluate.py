@@ -203,3 +203,22 @@ def evaluate_raises(check: PlannedCheck, evidence: CheckEvidence, *, hint: str) 
     if missing:
         return CheckOutcome(name=check.name, passed=False, message="; ".join(missing) + f". Hint: {hint}", details=details)
     return CheckOutcome(name=check.name, passed=True, message="raised: " + "; ".join(raised), details=details)
+
+
+def evaluate_triton_kernel(check: PlannedCheck, evidence: CheckEvidence, *, hint: str) -> CheckOutcome:
+    """Every call that returned a result launched at least one @triton.jit kernel (an aggregate
+    check over the whole run: it has no calls of its own)."""
+    ok = [c.report for c in evidence.calls.values() if c.report and c.report.status == "ok"]
+    without = [r.id for r in ok if r.launches < 1]
+    if not ok:
+        return CheckOutcome(name=check.name, passed=False,
+                            message="no call returned a result, so no kernel launch could be seen")
+    if without:
+        return CheckOutcome(
+            name=check.name, passed=False,
+            message=f"{len(without)} of {len(ok)} calls launched no @triton.jit kernel (e.g. {without[0]}). Hint: {hint}",
+            details={"calls_without_kernel": len(without), "calls": len(ok)},
+        )
+    launches = sum(r.launches for r in ok)
+    return CheckOutcome(name=check.name, passed=True, message=f"{len(ok)} calls, {launches} Triton kernel launches",
+                        details={"calls": len(ok), "launches": launches})

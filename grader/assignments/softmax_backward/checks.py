@@ -26,6 +26,7 @@ from grader.contract import CheckOutcome
 from grader.evaluate import (
     evaluate_output_contract,
     evaluate_raises,
+    evaluate_triton_kernel,
     evaluate_values,
     single_output,
 )
@@ -279,21 +280,7 @@ def _check_fresh_results(plan: Plan) -> PlannedCheck:
 
 def _check_triton_kernel(plan: Plan) -> PlannedCheck:
     def evaluate(check: PlannedCheck, evidence: CheckEvidence) -> CheckOutcome:
-        ok = [c.report for c in evidence.calls.values() if c.report and c.report.status == "ok"]
-        without = [r.id for r in ok if r.launches < 1]
-        if not ok:
-            return CheckOutcome(name=check.name, passed=False,
-                                message="no call returned a result, so no kernel launch could be seen")
-        if without:
-            return CheckOutcome(
-                name=check.name, passed=False,
-                message=f"{len(without)} of {len(ok)} calls launched no @triton.jit kernel (e.g. {without[0]}). "
-                        f"Hint: {HINTS[check.name]}",
-                details={"calls_without_kernel": len(without), "calls": len(ok)},
-            )
-        launches = sum(r.launches for r in ok)
-        return CheckOutcome(name=check.name, passed=True, message=f"{len(ok)} calls, {launches} Triton kernel launches",
-                            details={"calls": len(ok), "launches": launches})
+        return evaluate_triton_kernel(check, evidence, hint=HINTS[check.name])
 
     return PlannedCheck("triton_kernel", [], evaluate)
 
