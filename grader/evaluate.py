@@ -205,20 +205,76 @@ def evaluate_raises(check: PlannedCheck, evidence: CheckEvidence, *, hint: str) 
     return CheckOutcome(name=check.name, passed=True, message="raised: " + "; ".join(raised), details=details)
 
 
-def evaluate_triton_kernel(check: PlannedCheck, evidence: CheckEvidence, *, hint: str) -> CheckOutcome:
-    """Every call that returned a result launched at least one @triton.jit kernel (an aggregate
-    check over the whole run: it has no calls of its own)."""
-    ok = [c.report for c in evidence.calls.values() if c.report and c.report.status == "ok"]
-    without = [r.id for r in ok if r.launches < 1]
-    if not ok:
-        return CheckOutcome(name=check.name, passed=False,
-                            message="no call returned a result, so no kernel launch could be seen")
-    if without:
-        return CheckOutcome(
-            name=check.name, passed=False,
-            message=f"{len(without)} of {len(ok)} calls launched no @triton.jit kernel (e.g. {without[0]}). Hint: {hint}",
-            details={"calls_without_kernel": len(without), "calls": len(ok)},
-        )
-    launches = sum(r.launches for r in ok)
-    return CheckOutcome(name=check.name, passed=True, message=f"{len(ok)} calls, {launches} Triton kernel launches",
-                        details={"calls": len(ok), "launches": launches})
+def _replay_problem(call: PlannedCall, evidence: CheckEvidence) -> tuple[str | None, int]:
+    """Why replaying a recorded call did not reproduce its output (None: it did), and how many
+    launches the call made."""
+    got = evidence.calls.get(call.id)
+    report = got.report if got else None
+    replay = report.replay if report else None
+    if replay is None:
+        return f"{call.label}: no record of its Triton launches came back", 0
+    launches = replay.launches
+    outside = (f" The call also ran PyTorch operators outside Triton ({', '.join(replay.torch_ops[:6])}): "
+               "work the replay does not redo." if replay.torch_ops else "")
+    if replay.side_streams:
+        outside += f" {replay.side_streams} launch(es) went to a stream other than the caller's."
+    if replay.status == "not_replayable":
+        return f"{call.label}: its launches cannot be replayed: {replay.message}.{outside}", launches
+    if replay.status == "raised":
+        return f"{call.label}: replaying its launches raised {replay.message}.{outside}", launches
+    if launches == 0:
+        return f"{call.label}: the call launched no @triton.jit kernel.{outside}", launches
+    out = got.replay_out
+    if out is None:
+        reason = got.replay_error or "the replay left no output"
+        return f"{call.label}: replaying its {launches} launch(es) gave no output ({reason}).{outside}", launches
+    expected, scale = call.replay_expected, call.replay_scale
+    if tuple(out.shape) != tuple(expected.shape):
+        return f"{call.label}: the replayed output has shape {tuple(out.shape)}, expected {tuple(expected.shape)}", launches
+    comparison = compare(out, expected, scale, call.tolerance)
+    if not comparison.passed:
+        return (f"{call.label}: replaying its {launches} Triton launch(es) on new inputs did not reproduce the "
+                f"output ({comparison.describe()}).{outside}"), launches
+    return None, launches
+
+
+def evaluate_triton_kernel(check: PlannedCheck, evidence: CheckEvidence, *, recorded: list[PlannedCall],
+                           hint: str) -> CheckOutcome:
+    """The Triton launches alone do the work: for every recorded call whose output was right,
+    its recorded launches, replayed on new inputs of the same layout (by the child under the CPU
+    interpreter; by a trusted process that never imports the submission on a GPU), reproduce
+    the oracle's output within the dtype's tolerance.
+
+    An aggregate check: it has no calls of its own; ``recorded`` are the plan's calls with
+    ``record_launches``. A call whose own output was wrong fails its own check and is not
+    counted here, so this check fails exactly when a right answer did not come from the Triton
+    launches (PyTorch did the work, or work on the side); with no right output at all it is
+    skipped.
+    """
+    problems: list[str] = []
+    checked = launches_total = 0
+    for call in recorded:
+        got = evidence.calls.get(call.id)
+        if got is None or got.report is None or got.report.status != "ok" or got.out is None:
+            continue
+        if tuple(got.out.shape) != tuple(call.expected[0].shape) or (
+                call.out_dtype is not None and got.out.dtype != call.out_dtype) or not compare(
+                got.out, call.expected[0], call.scale[0], call.tolerance).passed:
+            continue
+        checked += 1
+        problem, launches = _replay_problem(call, evidence)
+        launches_total += launches
+        if problem:
+            problems.append(problem)
+    details = {"calls": checked, "launches": launches_total, "failed": len(problems)}
+    if not checked:
+        return CheckOutcome(name=check.name, passed=False, skipped=True, details=details,
+                            message="not run: no call returned a right output, so there was nothing to reproduce "
+                                    "by replaying its Triton launches")
+    if problems:
+        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        return CheckOutcome(name=check.name, passed=False, details=details,
+                            message=f"{problems[0].rstrip('.')}{more}. Hint: {hint}")
+    return CheckOutcome(name=check.name, passed=True, details=details,
+                        message=f"{checked} calls: their {launches_total} recorded Triton launches, replayed on new "
+                                "inputs, reproduced the right output")

@@ -145,6 +145,7 @@ def read_evidence(plan: Plan, workdir: Path) -> tuple[dict[str, CallEvidence], s
                 report=report,
                 out=tensors.get(f"{report.id}:out"),
                 bases_after={key.removeprefix(prefix): value for key, value in tensors.items() if key.startswith(prefix)},
+                replay_out=tensors.get(f"{report.id}:replay_out"),
             )
     return calls, finished_steps
 

@@ -93,6 +93,17 @@ class InputBank:
             torch.as_strided(flat, size, stride, GUARD).copy_(values.to(dtype))
         return TensorSpec(base=self.add(flat), size=list(size), stride=list(stride), offset=GUARD)
 
+    def relayout(self, spec: TensorSpec, values: torch.Tensor) -> TensorSpec:
+        """A view with ``spec``'s size, strides and offset in a new base of the same size and
+        guards, holding ``values`` (the replay inputs of a recorded call: the recorded pointers
+        then land on the same positions)."""
+        old = self.bases[spec.base]
+        fill = float("nan") if old.dtype.is_floating_point else torch.iinfo(old.dtype).min
+        flat = torch.full_like(old, fill)
+        if values.numel():
+            torch.as_strided(flat, spec.size, spec.stride, spec.offset).copy_(values.to(old.dtype))
+        return spec.model_copy(update={"base": self.add(flat)})
+
     def values_of(self, spec: TensorSpec) -> torch.Tensor:
         """The values of a view as the child sees them (same dtype), as a new tensor."""
         return torch.as_strided(self.bases[spec.base], spec.size, spec.stride, spec.offset).clone()
@@ -112,7 +123,9 @@ class PlannedCall:
         out_dtype: the dtype the output must have.
         refills: per further round, argument position -> base holding the new values.
         save_inputs_after: the child saves the bases as they are after the call.
-        record_launches: the child records the call's Triton launches (for replay).
+        record_launches: the child records the call's Triton launches, which are replayed on
+            ``replay_args``/``replay_kwargs`` (other values, the same layouts); the replayed
+            output must match ``replay_expected`` within ``tolerance`` (check ``triton_kernel``).
         extra: check-specific data (e.g. central-difference points).
     """
 
@@ -128,6 +141,10 @@ class PlannedCall:
     refills: list[dict[int, str]] = field(default_factory=list)
     save_inputs_after: bool = False
     record_launches: bool = False
+    replay_args: list[ArgSpec] = field(default_factory=list)
+    replay_kwargs: dict[str, ArgSpec] = field(default_factory=dict)
+    replay_expected: torch.Tensor | None = None
+    replay_scale: torch.Tensor | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -142,7 +159,8 @@ class PlannedCall:
 
     def to_spec(self) -> CallSpec:
         return CallSpec(id=self.id, args=self.args, kwargs=self.kwargs, refills=self.refills,
-                        save_inputs_after=self.save_inputs_after, record_launches=self.record_launches)
+                        save_inputs_after=self.save_inputs_after, record_launches=self.record_launches,
+                        replay_args=self.replay_args, replay_kwargs=self.replay_kwargs)
 
 
 @dataclass
@@ -153,11 +171,16 @@ class CallEvidence:
         report: the child's validated report, or None when it sent none (it stopped first).
         out: the returned tensor as read back (CPU, same dtype), or None.
         bases_after: base name -> the base buffer as it was after the call (when asked for).
+        replay_out: the output of the call's recorded launches replayed on its replay inputs
+            (by the child under the interpreter, by the trusted replay process on a GPU).
+        replay_error: why there is no replay output although the call was recorded.
     """
 
     report: CallReport | None
     out: torch.Tensor | None
     bases_after: dict[str, torch.Tensor] = field(default_factory=dict)
+    replay_out: torch.Tensor | None = None
+    replay_error: str | None = None
 
 
 @dataclass

@@ -79,8 +79,9 @@ class CallSpec(_Model):
             by address or by call count is then stale.
         save_inputs_after: save every primary base buffer the call's tensors view, as it is
             after the call (the parent compares them bitwise with what it sent).
-        record_launches: keep a record of every Triton launch of the call (the parent replays
-            it to see whether the launches alone produce the output).
+        record_launches: keep a record of every Triton launch of the call, to be replayed on
+            ``replay_args`` (the same layouts, other values): under the CPU interpreter the child
+            replays it itself; on a GPU a trusted process replays the recorded binaries.
     """
 
     id: str
@@ -89,6 +90,8 @@ class CallSpec(_Model):
     refills: list[dict[int, str]] = Field(default_factory=list)
     save_inputs_after: bool = False
     record_launches: bool = False
+    replay_args: list[ArgSpec] = Field(default_factory=list)
+    replay_kwargs: dict[str, ArgSpec] = Field(default_factory=dict)
 
 
 class StepSpec(_Model):
@@ -96,6 +99,17 @@ class StepSpec(_Model):
 
     check: str
     calls: list[CallSpec]
+
+
+class BenchmarkRowSpec(_Model):
+    """A benchmark row whose call the child records (GPU only): inputs from the assignment's
+    bench.py ``make_inputs(shape, dtype, seed)``; a warm-up call on ``warmup_seed`` first."""
+
+    id: str
+    shape: list[int]
+    dtype: Literal["float32", "float16", "bfloat16"]
+    seed: int
+    warmup_seed: int
 
 
 class CheckPlan(_Model):
@@ -106,6 +120,7 @@ class CheckPlan(_Model):
     device: str
     other_device: str
     steps: list[StepSpec]
+    benchmark_rows: list[BenchmarkRowSpec] = Field(default_factory=list)
 
 
 # ---- child -> parent (hostile) -----------------------------------------------------------
@@ -130,6 +145,21 @@ class OutputMeta(_Model):
     requires_grad: bool = False
 
 
+class ReplayReport(_Model):
+    """What became of a recorded call's launches in the child.
+
+    ``status``: ``replayed`` (CPU interpreter: the launches ran again on the replay inputs and
+    the output was saved), ``recorded`` (GPU: written for the trusted replay process),
+    ``not_replayable`` or ``raised`` (``message`` says why).
+    """
+
+    status: Literal["replayed", "recorded", "not_replayable", "raised"]
+    message: Message = ""
+    launches: int = Field(0, ge=0)
+    torch_ops: list[Name] = Field(default_factory=list, max_length=64)
+    side_streams: int = Field(0, ge=0)
+
+
 class CallReport(_Model):
     """How one round of one call went, as the child reports it."""
 
@@ -141,6 +171,7 @@ class CallReport(_Model):
     launches: int = Field(0, ge=0)
     duration_s: float = Field(0.0, ge=0.0)
     fatal: bool = False
+    replay: ReplayReport | None = None
 
 
 class StepReport(_Model):
@@ -161,3 +192,258 @@ class DoneReport(_Model):
     missing: Name | None = None
     step: int | None = None
     notes: list[Message] = Field(default_factory=list)
+
+
+# ---- recordings of Triton launches (child -> parent -> trusted replay process) -----------
+# A recording is written in the submission's process, so everything in it is hostile. These
+# models are the allow-list every field passes before anything is compiled, loaded or
+# launched: the replay process never builds code from a recording (no launcher is generated
+# from a signature; parameters are packed by grader/harness/cuda_driver.py from the types
+# allowed here), and it loads only cubins whose sha256 the parent checked.
+import re as _re  # noqa: E402
+
+from pydantic import field_validator, model_validator  # noqa: E402
+
+#: Element types a kernel pointer may point to, and scalar parameter types (Triton 3.6 names).
+ELEMENT_TYPES = frozenset({"fp8e4nv", "fp8e5", "fp8e4b15", "fp16", "bf16", "fp32", "fp64",
+                           "i1", "i8", "i16", "i32", "i64", "u1", "u8", "u16", "u32", "u64"})
+SCALAR_TYPES = frozenset({"i1", "i8", "i16", "i32", "i64", "u1", "u8", "u16", "u32", "u64",
+                          "fp16", "bf16", "fp32", "f32", "fp64"})
+#: Most launches one recorded call may make, and most distinct kernels one recording may hold.
+MAX_LAUNCHES_PER_CALL = 64
+MAX_KERNELS = 64
+#: Largest cubin accepted (bytes) and largest buffer a recorded call may use (bytes).
+MAX_CUBIN_BYTES = 32 << 20
+MAX_BUFFER_BYTES = 16 << 30
+#: Dynamic shared memory a Hopper SM can give one block (227 KiB), bytes.
+MAX_SHARED_BYTES = 232448
+_NAME = _re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,255}$")
+_HEX64 = _re.compile(r"^[0-9a-f]{64}$")
+_BUFFER = _re.compile(r"^(arg[0-9]{1,2}|kwarg_[A-Za-z_][A-Za-z0-9_]{0,63}|out|scratch[0-9]{1,3})$")
+
+
+def is_allowed_signature_type(text: str) -> bool:
+    """A Triton signature entry the replay can pack: ``constexpr``, a scalar type, or a pointer
+    ``*T`` to an allowed element type. Tensor descriptors, TMA descriptors and tuples are not."""
+    if text == "constexpr" or text in SCALAR_TYPES:
+        return True
+    return text.startswith("*") and text[1:] in ELEMENT_TYPES
+
+
+class KernelRecord(_Model):
+    """One compiled kernel the submission launched: its binary and launch metadata.
+
+    Attributes:
+        id: sha256 (hex) of the cubin; names the file ``kernel_<id>.cubin`` beside the recording.
+        name: the kernel's symbol in the cubin.
+        signature: Triton's type of every kernel argument in order (``*fp32``, ``i32``,
+            ``constexpr``, ...); non-constexpr entries become kernel parameters, followed by
+            the global and profile scratch pointers Triton 3.6 appends.
+        num_warps / num_ctas / shared: block size (32 x num_warps threads), CTAs per cluster,
+            dynamic shared memory (bytes).
+        global_scratch_size / global_scratch_align: scratch bytes per program (allocated by the
+            launcher: grid x num_ctas x size), and its alignment.
+        launch_cooperative_grid / launch_pdl: launch attributes Triton may set.
+        arch: the compute capability the cubin was built for (90 for sm_90).
+    """
+
+    id: str
+    name: str
+    signature: list[str] = Field(max_length=256)
+    num_warps: int
+    num_ctas: int = 1
+    shared: int = Field(0, ge=0, le=MAX_SHARED_BYTES)
+    global_scratch_size: int = Field(0, ge=0, le=1 << 20)
+    global_scratch_align: int = Field(1, ge=1, le=4096)
+    profile_scratch_size: int = Field(0, ge=0, le=0)  # instrumented kernels are not replayed
+    launch_cooperative_grid: bool = False
+    launch_pdl: bool = False
+    arch: int = Field(0, ge=0, le=1000)
+
+    @field_validator("id")
+    @classmethod
+    def _hex(cls, value: str) -> str:
+        if not _HEX64.match(value):
+            raise ValueError("kernel id must be 64 lowercase hex digits")
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _symbol(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError("kernel name must be an identifier")
+        return value
+
+    @field_validator("signature")
+    @classmethod
+    def _types(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            if not is_allowed_signature_type(entry):
+                raise ValueError(f"signature type {entry[:40]!r} cannot be replayed")
+        return value
+
+    @field_validator("num_warps")
+    @classmethod
+    def _warps(cls, value: int) -> int:
+        if value not in (1, 2, 4, 8, 16, 32):
+            raise ValueError("num_warps must be a power of two from 1 to 32")
+        return value
+
+    @field_validator("num_ctas")
+    @classmethod
+    def _ctas(cls, value: int) -> int:
+        if value not in (1, 2, 4, 8, 16):
+            raise ValueError("num_ctas must be 1, 2, 4, 8 or 16")
+        return value
+
+    @field_validator("global_scratch_align")
+    @classmethod
+    def _align(cls, value: int) -> int:
+        if value & (value - 1):
+            raise ValueError("alignment must be a power of two")
+        return value
+
+
+class PointerArg(_Model):
+    """A pointer argument: ``offset_bytes`` into one of the call's buffers."""
+
+    kind: Literal["pointer"] = "pointer"
+    buffer: str
+    offset_bytes: int = Field(ge=0, le=MAX_BUFFER_BYTES)
+
+    @field_validator("buffer")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _BUFFER.match(value):
+            raise ValueError("unknown buffer name")
+        return value
+
+
+class ValueArg(_Model):
+    """A scalar or constexpr argument as passed (constexprs are baked into the cubin; the
+    interpreter replay passes them again)."""
+
+    kind: Literal["value"] = "value"
+    value: int | float | bool | None = None
+
+    @field_validator("value")
+    @classmethod
+    def _bounded(cls, value):
+        if isinstance(value, int) and not isinstance(value, bool) and not -(1 << 63) <= value < (1 << 64):
+            raise ValueError("integer out of 64-bit range")
+        return value
+
+
+LaunchArg = Annotated[PointerArg | ValueArg, Field(discriminator="kind")]
+
+
+class LaunchRecord(_Model):
+    """One kernel launch: which kernel, the grid (programs along x, y, z) and every argument."""
+
+    kernel: str
+    grid: tuple[int, int, int]
+    args: list[LaunchArg] = Field(max_length=256)
+
+    @field_validator("grid")
+    @classmethod
+    def _grid(cls, value: tuple[int, int, int]) -> tuple[int, int, int]:
+        x, y, z = value
+        if not (1 <= x < 2**31 and 1 <= y <= 65535 and 1 <= z <= 65535):
+            raise ValueError("grid outside CUDA's limits (x < 2^31, y and z <= 65535, all >= 1)")
+        return value
+
+
+class BufferRecord(_Model):
+    """A device buffer a recorded call's launches touch.
+
+    ``arg<i>``/``kwarg_<name>``: the storage of the call's tensor argument (the replay gives it
+    fresh values of the same layout); ``out``: the storage of the returned tensor; ``scratch<j>``:
+    memory the wrapper allocated for its kernels. ``out`` and scratch are fresh in the replay:
+    filled with ``fill`` (as ``fill_dtype``) where the wrapper filled them with one value before
+    launching (zeros for an accumulator, say), otherwise with NaN bytes, so that anything the
+    launches do not write shows.
+    """
+
+    name: str
+    nbytes: int = Field(ge=0, le=MAX_BUFFER_BYTES)
+    fill: float | None = None
+    fill_dtype: Literal["float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64",
+                        "uint8", "bool"] | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _BUFFER.match(value):
+            raise ValueError("unknown buffer name")
+        return value
+
+
+class OutputLayout(_Model):
+    """Where the returned tensor sits (element offset and strides) in ``buffer`` (``out``, or
+    the input buffer the submission wrote its result into) and its dtype."""
+
+    buffer: str = "out"
+    size: list[int] = Field(max_length=8)
+    stride: list[int] = Field(max_length=8)
+    offset: int = Field(0, ge=0)
+    dtype: str
+
+
+class CallRecording(_Model):
+    """The Triton launches of one call, and what else the call did on the device.
+
+    Attributes:
+        call_id: the planned call (or benchmark row) the recording belongs to.
+        buffers: every buffer a launch points into.
+        output: the returned tensor's place in ``out`` (None: no tensor returned).
+        launches: in launch order.
+        torch_ops: PyTorch operators (other than allocation, views and fills of scratch) the
+            call ran on its device outside Triton launches: work the replay does not redo.
+        side_streams: launches issued on a stream other than the caller's current stream.
+        not_replayable: why the call cannot be replayed (a pointer to memory the grader cannot
+            account for, a tensor-descriptor argument, ...), or None.
+    """
+
+    call_id: Name
+    buffers: list[BufferRecord] = Field(default_factory=list, max_length=512)
+    output: OutputLayout | None = None
+    launches: list[LaunchRecord] = Field(default_factory=list, max_length=MAX_LAUNCHES_PER_CALL)
+    torch_ops: list[Name] = Field(default_factory=list, max_length=64)
+    side_streams: int = Field(0, ge=0)
+    not_replayable: Message | None = None
+
+    @model_validator(mode="after")
+    def _pointers_name_buffers(self) -> CallRecording:
+        names = {b.name for b in self.buffers}
+        if self.output is not None and self.output.buffer not in names | {"out"}:
+            raise ValueError("the output lies in no recorded buffer")
+        sizes = {b.name: b.nbytes for b in self.buffers}
+        for launch in self.launches:
+            for arg in launch.args:
+                if isinstance(arg, PointerArg) and (arg.buffer not in names or arg.offset_bytes > sizes[arg.buffer]):
+                    raise ValueError("a pointer argument points outside the recorded buffers")
+        return self
+
+
+class Recording(_Model):
+    """``recording.json``: the kernels and the recorded calls of one child run."""
+
+    kernels: list[KernelRecord] = Field(default_factory=list, max_length=MAX_KERNELS)
+    calls: list[CallRecording] = Field(default_factory=list, max_length=256)
+
+    @model_validator(mode="after")
+    def _launches_name_kernels(self) -> Recording:
+        known = {k.id: k for k in self.kernels}
+        for call in self.calls:
+            for launch in call.launches:
+                kernel = known.get(launch.kernel)
+                if kernel is None:
+                    raise ValueError("a launch names a kernel that is not in the recording")
+                if len(launch.args) != len(kernel.signature):
+                    raise ValueError("a launch's argument count differs from its kernel's signature")
+                for arg, kind in zip(launch.args, kernel.signature):
+                    pointer = kind.startswith("*")
+                    if pointer != isinstance(arg, PointerArg) and not (pointer and isinstance(arg, ValueArg)
+                                                                        and arg.value is None):
+                        raise ValueError("a launch's argument kind differs from its kernel's signature")
+        return self

@@ -93,7 +93,12 @@ class Gradings:
 
 # ---- helpers for reading result documents ----------------------------------------------------
 def failed_checks(document: dict) -> set[str]:
-    return {c["name"] for c in document["checks"] if not c["passed"]}
+    """Checks that ran and failed (a skipped check is neither failed nor passed)."""
+    return {c["name"] for c in document["checks"] if not c["passed"] and not c["skipped"]}
+
+
+def skipped_checks(document: dict) -> set[str]:
+    return {c["name"] for c in document["checks"] if c["skipped"]}
 
 
 def passed_checks(document: dict) -> set[str]:

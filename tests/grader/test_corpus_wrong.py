@@ -18,6 +18,7 @@ from grading_support import (
     expected_failed_from_docstring,
     failed_checks,
     passed_checks,
+    skipped_checks,
     requires_bwrap,
     summary,
 )
@@ -96,9 +97,10 @@ def test_fails_exactly_the_expected_checks(path: Path, wrong):
     expected = expected_failed_from_docstring(path)
     assert document["error"] is None, summary(document)
     assert [c["name"] for c in document["checks"]] == list(CHECK_NAMES), "every check must run, in order"
-    assert not any(c["skipped"] for c in document["checks"]), summary(document)
+    # triton_kernel is skipped when no call's output was right (nothing to attribute to Triton).
+    assert skipped_checks(document) <= {"triton_kernel"}, summary(document)
     assert failed_checks(document) == expected, summary(document)
-    assert passed_checks(document) == set(CHECK_NAMES) - expected, summary(document)
+    assert passed_checks(document) | skipped_checks(document) == set(CHECK_NAMES) - expected, summary(document)
     assert document["verdict"] == "failed", summary(document)
 
 
@@ -122,8 +124,6 @@ def test_value_failure_message_shows_where_and_by_how_much(wrong):
 def test_stale_memoised_result_is_reported_on_a_refill(wrong):
     document = wrong.result("wrong/memoised_by_pointer.py")
     assert "refill" in check(document, "fresh_results")["message"]
-    kernel = check(document, "triton_kernel")
-    assert kernel["details"]["calls_without_kernel"] == 2, kernel  # the two refills came from the cache
 
 
 def test_half_precision_dot_is_caught_in_fp16_and_not_in_bf16(wrong):
@@ -147,4 +147,5 @@ def test_writing_into_g_is_named(wrong):
 
 def test_pure_pytorch_launches_no_kernel(wrong):
     kernel = check(wrong.result("wrong/pure_pytorch.py"), "triton_kernel")
-    assert kernel["details"]["calls_without_kernel"] == kernel["details"]["calls"] > 0, kernel
+    assert not kernel["passed"] and kernel["details"]["failed"] == kernel["details"]["calls"] > 0, kernel
+    assert "launched no @triton.jit kernel" in kernel["message"], kernel

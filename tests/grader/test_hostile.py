@@ -34,6 +34,7 @@ from grading_support import (
     check,
     failed_checks,
     passed_checks,
+    skipped_checks,
     requires_bwrap,
     settings,
     summary,
@@ -52,7 +53,7 @@ VALUE_CHECKS = frozenset({
     "strided_inputs", "edge_shapes", "fresh_results",
 })
 ZERO_FAILS = VALUE_CHECKS - {"row_sum_invariant"}  # zeros sum to zero along every row
-NO_TENSOR_FAILS = VALUE_CHECKS | {"output_contract", "triton_kernel"}
+NO_TENSOR_FAILS = VALUE_CHECKS | {"output_contract"}  # triton_kernel: skipped, no right output
 GIB = 2**30
 
 KNOWN_GRADER_BUGS = {
@@ -60,10 +61,6 @@ KNOWN_GRADER_BUGS = {
         "known limitation (docs/security.md): whether a call raised is the child's word; an atexit hook "
         "rewrites step_<i>.json after the harness, so rejects_mismatch and rejects_requires_grad pass "
         "for a function that validates nothing"
-    ),
-    "patch_launch_counter.py": (
-        "known limitation (docs/security.md): the Triton launch count lives in the child's process; "
-        "bumping the harness's LaunchCounter found through gc makes plain PyTorch pass triton_kernel"
     ),
 }
 
@@ -95,6 +92,7 @@ EXPECTED = {
     "forged_result_files.py": Expect("failed", failed=ZERO_FAILS | {"rejects_mismatch", "rejects_requires_grad"}),
     "forged_done_then_exit.py": Expect("error", "exited"),
     "patch_launch_counter.py": Expect("failed", failed=frozenset({"triton_kernel"})),
+    "empty_kernel_plus_torch.py": Expect("failed", failed=frozenset({"triton_kernel"})),
     "monkeypatch_compare.py": Expect("failed", failed=VALUE_CHECKS),
     "always_equal_object.py": Expect("failed", failed=NO_TENSOR_FAILS),
     "always_equal_tensor.py": Expect("failed", failed=VALUE_CHECKS),
@@ -263,7 +261,8 @@ def test_verdict_and_error_kind(name: str, hostile):
         assert document["error"] is None, summary(document)
         assert [c["name"] for c in document["checks"]] == list(CHECK_NAMES), summary(document)
         assert failed_checks(document) == expect.failed, summary(document)
-        assert passed_checks(document) == set(CHECK_NAMES) - expect.failed, summary(document)
+        assert skipped_checks(document) <= {"triton_kernel"}, summary(document)
+        assert passed_checks(document) | skipped_checks(document) == set(CHECK_NAMES) - expect.failed, summary(document)
 
 
 # Where the exact verdict is wrong (KNOWN_GRADER_BUGS), what must hold all the same: these

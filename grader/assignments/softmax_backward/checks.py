@@ -36,10 +36,19 @@ from grader.plan import CheckEvidence, Plan, PlannedCall, PlannedCheck, dtype_na
 def _value_call(plan: Plan, call_id: str, y_values: torch.Tensor, g_values: torch.Tensor, dtype: torch.dtype,
                 *, y_layout: str = "contiguous", g_layout: str = "contiguous", expected: torch.Tensor | None = None,
                 label: str = "") -> PlannedCall:
-    """A call on (y, g) placed as ``dtype`` views, with the oracle of the rounded values."""
+    """A call on (y, g) placed as ``dtype`` views, with the oracle of the rounded values.
+
+    Its Triton launches are recorded and replayed on new (y, g) of the same shape and layout
+    (check ``triton_kernel``), with the oracle of those values.
+    """
     y_spec = plan.bank.view(y_values, dtype, y_layout)
     g_spec = plan.bank.view(g_values, dtype, g_layout)
     oracle, scale = vjp_fp64(plan.bank.values_of(y_spec), plan.bank.values_of(g_spec))
+    rows, cols = y_values.shape
+    _, y_replay, g_replay = random_case(plan.generator, rows, cols)
+    y_again = plan.bank.relayout(y_spec, y_replay)
+    g_again = plan.bank.relayout(g_spec, g_replay)
+    replay_expected, replay_scale = vjp_fp64(plan.bank.values_of(y_again), plan.bank.values_of(g_again))
     return PlannedCall(
         id=call_id,
         args=[y_spec, g_spec],
@@ -48,6 +57,10 @@ def _value_call(plan: Plan, call_id: str, y_values: torch.Tensor, g_values: torc
         scale=[scale],
         tolerance=TOLERANCES[dtype],
         out_dtype=dtype,
+        record_launches=True,
+        replay_args=[y_again, g_again],
+        replay_expected=replay_expected,
+        replay_scale=replay_scale,
     )
 
 
@@ -280,7 +293,8 @@ def _check_fresh_results(plan: Plan) -> PlannedCheck:
 
 def _check_triton_kernel(plan: Plan) -> PlannedCheck:
     def evaluate(check: PlannedCheck, evidence: CheckEvidence) -> CheckOutcome:
-        return evaluate_triton_kernel(check, evidence, hint=HINTS[check.name])
+        recorded = [call for other in plan.checks for call in other.calls if call.record_launches]
+        return evaluate_triton_kernel(check, evidence, recorded=recorded, hint=HINTS[check.name])
 
     return PlannedCheck("triton_kernel", [], evaluate)
 

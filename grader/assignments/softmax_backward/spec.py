@@ -92,7 +92,8 @@ HINTS = {
     "rejects_requires_grad": "this is an explicit VJP function: raise if y or g requires grad",
     "edge_shapes": "handle N=1, M=1, odd N and rows longer than one block (loop over the row)",
     "fresh_results": "compute from the values in memory on every call; do not cache by pointer",
-    "triton_kernel": "the work must be done by a @triton.jit kernel launched on every call",
+    "triton_kernel": "the work must be done by @triton.jit kernels: the grader replays each call's Triton "
+                     "launches alone, on new inputs, and the output must come out right",
 }
 
 #: Added to the error of a call that crashed the process (a signal or a CUDA error).

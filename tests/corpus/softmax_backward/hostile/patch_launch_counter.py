@@ -1,8 +1,8 @@
 """Plain PyTorch (no Triton kernel), but finds the harness's launch counter in memory with
 gc.get_objects() and bumps it on every call, so each call seems to have launched a kernel.
 
-Expected: verdict failed, exactly triton_kernel failing. (Known limitation, see
-docs/security.md: the launch count is reported by the child's own process.)
+Expected: verdict failed, exactly triton_kernel failing: the count is not the proof; the
+grader replays the recorded Triton launches (there are none) and the output stays unwritten.
 """
 import gc
 
@@ -13,7 +13,7 @@ _counters = []
 
 def _bump():
     if not _counters:
-        _counters.extend(o for o in gc.get_objects() if type(o).__name__ == "LaunchCounter")
+        _counters.extend(o for o in gc.get_objects() if type(o).__name__ in ("LaunchCounter", "LaunchRecorder"))
     for counter in _counters:
         counter.count += 1
 

@@ -2,9 +2,10 @@
 
 "Benchmarks call it with the same tensors again and again, so cache the answer." When the
 same buffers are refilled with new values, the stale answer comes back, and no kernel is
-launched for the cached calls.
+launched for the cached calls. (Each first call is computed by its kernel, so replaying the
+recorded launches reproduces it: triton_kernel passes; fresh_results catches the cache.)
 
-Expected failed checks: fresh_results, triton_kernel
+Expected failed checks: fresh_results
 """
 import torch
 import triton
