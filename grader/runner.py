@@ -12,6 +12,7 @@ import platform
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -20,6 +21,7 @@ from safetensors.torch import save_file
 from grader.assignments import Assignment, get_assignment
 from grader.contract import (
     SCHEMA_VERSION,
+    BenchmarkResult,
     CapturedLog,
     CheckOutcome,
     ErrorKind,
@@ -28,6 +30,7 @@ from grader.contract import (
     Verdict,
 )
 from grader.evidence import InfrastructureError, call_context, call_level_error, child_error, read_evidence
+from grader.harness.protocol import BenchmarkRowSpec
 from grader.plan import CheckEvidence, Plan
 from grader.sandbox import SandboxUnavailable, bwrap_version, run_sandboxed, stage_harness
 from grader.settings import GraderSettings
@@ -114,12 +117,21 @@ def _verdict(outcomes: list[CheckOutcome], error: GradingError | None, expected_
     return Verdict.FAILED
 
 
-def _run_checks(assignment: Assignment, source: str, *, device: str, seed: int, settings: GraderSettings,
-                grading_dir: Path, cache_dir: Path, timings: dict[str, float]) -> dict:
-    """Build the plan, run the child, read its evidence and evaluate every check.
+@dataclass
+class _Run:
+    """One correctness run's results, and what the benchmark needs from it (GPU)."""
 
-    Returns:
-        Fields of the result document: verdict, error, checks, log, limits.
+    fields: dict
+    replay: object = None  # the grader.replay.ReplayOutcome that timed the benchmark rows
+    unreplayable: dict[str, str] = field(default_factory=dict)
+
+
+def _run_checks(assignment: Assignment, source: str, *, device: str, seed: int, settings: GraderSettings,
+                grading_dir: Path, cache_dir: Path, timings: dict[str, float], rows: list[dict],
+                benchmark_options) -> _Run:
+    """Build the plan, run the child, read its evidence, replay its recorded launches (on a GPU,
+    in the trusted replay process, which also times ``rows`` when every other check passed) and
+    evaluate every check.
 
     Raises:
         InfrastructureError: the sandbox could not run, or the harness never started.
@@ -133,13 +145,15 @@ def _run_checks(assignment: Assignment, source: str, *, device: str, seed: int, 
     other_device = "cpu" if device == "cuda" else "meta"
     protocol_plan = plan.to_protocol(function=manifest.function, module_file=manifest.module_file,
                                      other_device=other_device)
+    protocol_plan.benchmark_rows = [BenchmarkRowSpec(**{k: row[k] for k in ("id", "shape", "dtype", "seed", "warmup_seed")})
+                                    for row in rows]
     (workdir / "plan.json").write_text(protocol_plan.model_dump_json())
     save_file(plan.bank.bases, str(workdir / "inputs.safetensors"))
     timings["inputs"] = time.monotonic() - started
-    harness = stage_harness(grading_dir / "harness") / "check_child.py"
+    harness = stage_harness(grading_dir / "harness", {"assignment_bench.py": assignment.benchmark.bench_file})
     try:
-        outcome = run_sandboxed(harness=harness, workdir=workdir, device=device, settings=settings,
-                                args=[str(workdir)], cache_dir=cache_dir, progress=True)
+        outcome = run_sandboxed(harness=harness / "check_child.py", workdir=workdir, device=device,
+                                settings=settings, args=[str(workdir)], cache_dir=cache_dir, progress=True)
     except SandboxUnavailable as exc:
         raise InfrastructureError(str(exc)) from exc
     timings["child"] = outcome.duration_s
@@ -154,15 +168,55 @@ def _run_checks(assignment: Assignment, source: str, *, device: str, seed: int, 
     if error is not None:
         error = error.model_copy(update={"message": error.message + call_context(outcome, plan, error.kind,
                                                                                  assignment.crash_hint)})
-    outcomes = _evaluate_checks(plan, CheckEvidence(calls=evidence_calls, bank=plan.bank), finished_steps, error)
+    evidence = CheckEvidence(calls=evidence_calls, bank=plan.bank)
+    outcomes = _evaluate_checks(plan, evidence, finished_steps, error)
     timings["oracles"] = time.monotonic() - oracle_started
-    return {
+    run = _Run(fields={})
+    if device == "cuda" and error is None:
+        others_passed = all(o.passed or o.skipped for o, check in zip(outcomes, plan.checks) if check.calls)
+        replay_started = time.monotonic()
+        _replay_on_gpu(assignment, plan, workdir, evidence_calls, run, settings=settings, rows=rows,
+                       time_rows=others_passed, benchmark_options=benchmark_options)
+        timings["replay"] = time.monotonic() - replay_started
+        outcomes = _evaluate_checks(plan, evidence, finished_steps, error)
+    run.fields = {
         "verdict": _verdict(outcomes, error, len(plan.checks)),
         "error": error,
         "checks": outcomes,
         "log": CapturedLog(**outcome.log.as_json()),
         "limits": outcome.limits,
     }
+    return run
+
+
+def _replay_on_gpu(assignment: Assignment, plan: Plan, workdir: Path, evidence_calls: dict, run: _Run, *,
+                   settings: GraderSettings, rows: list[dict], time_rows: bool, benchmark_options) -> None:
+    """Validate the child's recording and replay it in the trusted process: every recorded check
+    call once (its output goes into the evidence), and the benchmark rows when ``time_rows``."""
+    from grader.benchmark import replay_phase
+    from grader.replay import RecordingRejected, inject, load_recording, replay_inputs, run_replay
+
+    recorded = [call_id for call_id, e in evidence_calls.items()
+                if e.report is not None and e.report.replay is not None and e.report.replay.status == "recorded"]
+    if not recorded and not rows:
+        return
+    try:
+        recording = load_recording(workdir / "recording")
+    except RecordingRejected as exc:
+        for call_id in recorded:
+            evidence_calls[call_id].replay_error = str(exc)
+        run.unreplayable = {row["id"]: str(exc) for row in rows}
+        return
+    by_id = {call.call_id: call for call in recording.calls}
+    check_calls = [by_id[call_id] for call_id in recorded if call_id in by_id]
+    benchmark_part, run.unreplayable = (replay_phase(assignment, rows, recording, benchmark_options)
+                                        if rows and time_rows else (None, {}))
+    timeout = max(settings.child_timeout_s, benchmark_options.student_timeout_s) if benchmark_part else None
+    replay = run_replay(recording, folder=workdir / "recording", assignment=assignment, settings=settings,
+                        check_calls=check_calls, check_inputs=replay_inputs(plan, {c.call_id: c for c in check_calls}),
+                        benchmark=benchmark_part, timeout_s=timeout)
+    inject(evidence_calls, replay, recorded)
+    run.replay = replay if benchmark_part else None
 
 
 def grade_source(
@@ -173,6 +227,8 @@ def grade_source(
     seed: int = 0,
     settings: GraderSettings | None = None,
     benchmark: str = "off",
+    benchmark_options=None,
+    peers: dict | None = None,
 ) -> ResultDocument:
     """Grade one submission's source text and return the result document.
 
@@ -182,8 +238,10 @@ def grade_source(
         device: ``cpu`` (Triton interpreter), ``cuda`` or ``auto``.
         seed: input seed; the result records it so that staff can reproduce the run.
         settings: sandbox and limits (default: read from GRADER_* environment variables).
-        benchmark: ``off``, ``on`` (fail without a GPU) or ``auto`` (run on CUDA when every
-            check passed).
+        benchmark: ``off``, ``on`` or ``auto`` (``on`` and ``auto`` time the kernel on CUDA when
+            every check passed; ``on`` on the CPU reports that no timing was possible).
+        benchmark_options: grader.benchmark.BenchmarkOptions (default options when None).
+        peers: a peers timing result to reuse (tests, scripts), else the cached one.
 
     Returns:
         The ResultDocument, verdict ``passed``, ``failed`` or ``error``.
@@ -209,44 +267,36 @@ def grade_source(
     except SourceRejected as exc:
         return _rejected_document(document, exc).model_copy(update={"duration_s": time.monotonic() - started})
 
+    timed = benchmark in ("on", "auto") and device == "cuda"
+    options = None
+    rows: list[dict] = []
+    if timed:
+        from grader.benchmark import BenchmarkOptions, plan_rows
+
+        options = benchmark_options or BenchmarkOptions()
+        rows = plan_rows(spec, options)
     grading_dir = Path(tempfile.mkdtemp(prefix="grading-", dir=settings.work_root or None))  # mode 0700
     cache_dir = grading_dir / "triton-cache"  # this submission's own Triton cache
     try:
         cache_dir.mkdir()
-        fields = _run_checks(spec, source, device=device, seed=seed, settings=settings, grading_dir=grading_dir,
-                             cache_dir=cache_dir, timings=timings)
-        document = document.model_copy(update=fields)
-        if document.verdict is Verdict.PASSED and (benchmark == "on" or (benchmark == "auto" and device == "cuda")):
+        run = _run_checks(spec, source, device=device, seed=seed, settings=settings, grading_dir=grading_dir,
+                          cache_dir=cache_dir, timings=timings, rows=rows, benchmark_options=options)
+        document = document.model_copy(update=run.fields)
+        if document.verdict is Verdict.PASSED and benchmark == "on" and not timed:
+            document = document.model_copy(update={"benchmark": BenchmarkResult(
+                error="timing needs a CUDA GPU; this run used the CPU interpreter")})
+        elif document.verdict is Verdict.PASSED and timed:
+            from grader.benchmark import finish
+
             bench_started = time.monotonic()
-            document = document.model_copy(update={
-                "benchmark": _run_benchmark(spec, source, grading_dir=grading_dir, cache_dir=cache_dir,
-                                            settings=settings, device=device)})
-            timings["benchmark"] = time.monotonic() - bench_started
+            result = finish(spec, rows=rows, replay=run.replay, unreplayable=run.unreplayable, options=options,
+                            settings=settings, peers=peers)
+            document = document.model_copy(update={"benchmark": BenchmarkResult.model_validate(result)})
+            timings["benchmark"] = time.monotonic() - bench_started + timings.get("replay", 0.0)
     finally:
         shutil.rmtree(grading_dir, ignore_errors=True)
     return ResultDocument.model_validate(
         {**document.model_dump(by_alias=True), "timings_s": timings, "duration_s": time.monotonic() - started})
-
-
-def _run_benchmark(assignment: Assignment, source: str, *, grading_dir: Path, cache_dir: Path,
-                   settings: GraderSettings, device: str):
-    """Time the submission on the GPU (grader.benchmark); a result with an ``error`` on failure.
-
-    The benchmark children get a fresh work folder with the source as uploaded (nothing the
-    check child wrote, not even a rewritten copy of the submission, survives into it) but the
-    same per-submission Triton cache, so kernels compiled by the checks are reused.
-    """
-    from grader.contract import BenchmarkResult
-
-    if device != "cuda":
-        return BenchmarkResult(error="timing needs a CUDA GPU; this run used the CPU interpreter")
-    from grader.benchmark import run_benchmark
-
-    bench_dir = grading_dir / "benchmark"
-    bench_dir.mkdir()
-    (bench_dir / assignment.manifest.module_file).write_text(source, encoding="utf-8")
-    return BenchmarkResult.model_validate(
-        run_benchmark(bench_dir, assignment=assignment.manifest.name, settings=settings, cache_dir=cache_dir))
 
 
 def grade_file(path: Path, **options) -> ResultDocument:

@@ -1,22 +1,22 @@
-"""Everything the benchmark needs from a GPU, in one process start (one device-machine call).
+"""Everything the grader needs measured on a GPU, in one process start (one device-machine call).
 
-    python scripts/gpu_bench.py --out DIR [--assignment A] [--runs N] [--cheats] [--corpus] [--budget S]
+    python scripts/gpu_bench.py --out DIR [--runs N] [--files F ...] [--budget S] [--rows quick|full]
 
-The tuning experiments that chose the reference's launch plans (--sweep, --tune,
-scripts/tune_reference.py, scripts/profile_long_rows.py) lived here until commit 136c5ca; their
-figures are in docs/benchmarks/ and docs/benchmarks.md says how they were made.
+--runs N        N gradings of each assignment's reference (checks, then the benchmark: the reference
+                recorded, replayed and timed by the trusted replay process; peers timed afresh in
+                every run) through grader.runner.grade_source: DIR/<assignment>_run<i>.json. Two runs
+                give the run-to-run spread of the ranked ratios.
+--assignments   which assignments' references --runs grades (default: all in the manifest).
+--files F ...   grade these files with the benchmark on (e.g. the exploit corpus and the correct
+                corpus): DIR/files.json (verdict, failed checks, headline or the reason for none, flags,
+                timings). A file named NAME@ASSIGNMENT is graded as that assignment.
+--checks-only   grade --files without the benchmark (correctness on the GPU, with times).
+--rows quick    a reduced benchmark (two rows, fp16) for the exploit files; full: the assignment's rows.
 
---runs N  N full benchmarks of the reference kernel as if it were a submission (peers timed
-          afresh each run) through grader.benchmark.run_benchmark: DIR/bench_run<i>.json.
-          Two runs give the run-to-run spread of the ratios.
---cheats  the known leaderboard tricks (tests/grader/test_benchmark_kernels/) on a few rows,
-          reusing the first run's peers: each must end with no score (DIR/cheats.json).
---corpus  the fast correct corpus kernel tests/corpus/softmax_backward/correct/rowblock_split2d.py end to end.
-
-The submission's child runs WITHOUT bubblewrap here (GRADER_SANDBOX=unsafe-none): the lent GPU
-machine has no bwrap; everything else is the production path. Results are written as they
-come, so a run stopped at its time limit still leaves what it finished. A short table is
-printed last.
+The sandbox is bubblewrap when the caller puts it on PATH (GRADER_SANDBOX=bwrap, as in
+production), else none. Results are written as they come, so a run stopped at its time limit
+still leaves what it finished. The tuning experiments that chose the reference's launch plans
+lived in scripts/tune_reference.py until commit 136c5ca; their figures are in docs/benchmarks/.
 """
 
 from __future__ import annotations
@@ -36,8 +36,11 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 
 from grader.assignments import get_assignment  # noqa: E402
+from grader.benchmark import BenchmarkOptions  # noqa: E402
+from grader.manifest import MANIFESTS  # noqa: E402
+from grader.runner import grade_source  # noqa: E402
+from grader.settings import GraderSettings  # noqa: E402
 
-CHEATS = ROOT / "tests" / "grader" / "test_benchmark_kernels"
 WORK = "/tmp/gpu_bench_work"
 
 
@@ -49,103 +52,110 @@ def write(path: Path, document) -> None:
     path.write_text(json.dumps(document, indent=1, default=str))
 
 
-def run_full(out_dir: Path, runs: int, budget: float, assignment: str) -> list[dict]:
-    from grader.benchmark import BenchmarkOptions, run_benchmark
-    from grader.settings import GraderSettings
+def settings() -> GraderSettings:
+    Path(WORK).mkdir(parents=True, exist_ok=True)
+    return GraderSettings(sandbox=os.environ.get("GRADER_SANDBOX", "unsafe-none"), work_root=WORK)
 
-    # Sandboxed when the caller provides bubblewrap (GRADER_SANDBOX=bwrap), as in production.
-    settings = GraderSettings(sandbox=os.environ.get("GRADER_SANDBOX", "unsafe-none"), work_root=WORK)
-    Path(settings.work_root).mkdir(parents=True, exist_ok=True)
-    options = BenchmarkOptions(budget_s=budget, peers_cache_s=0)
+
+def summary(document) -> dict:
+    """The parts of a result document worth keeping for a file run."""
+    bench = document.benchmark
+    headline = bench.headline.model_dump() if bench is not None and bench.headline is not None else None
+    rows = (bench.model_dump().get("rows") or []) if bench is not None else []
+    return {
+        "verdict": document.verdict.value,
+        "error": document.error.model_dump() if document.error else None,
+        "failed": {c.name: c.message[:600] for c in document.checks if not c.passed and not c.skipped},
+        "skipped": [c.name for c in document.checks if c.skipped],
+        "headline": headline,
+        "benchmark_error": bench.error if bench is not None else None,
+        "rows": [{"id": r["id"], "flags": r["flags"], "ranked": r["ranked"],
+                  "student_graph_s": ((r["impls"].get("student") or {}).get("graph") or {}).get("median_s"),
+                  "speedup": r["speedup_vs_baseline"]} for r in rows],
+        "timings_s": document.timings_s,
+        "duration_s": document.duration_s,
+        "log_tail": document.log.text[-1500:],
+    }
+
+
+def run_references(out_dir: Path, runs: int, budget: float, assignments: list[str]) -> list[dict]:
     results = []
-    for i in range(runs):
-        source = Path(settings.work_root) / f"run{i}"
-        source.mkdir(exist_ok=True)
-        spec = get_assignment(assignment)
-        (source / spec.manifest.module_file).write_text(spec.reference_file.read_text())
-        t0 = time.time()
-        result = run_benchmark(source, assignment=assignment, settings=settings, options=options)
-        result["wall_s"] = time.time() - t0
-        result.pop("log", None) if result.get("headline", {}).get("value") else None
-        write(out_dir / f"bench_run{i}.json", result)
-        results.append(result)
-        log(f"run {i}: headline {result['headline']} in {result['wall_s']:.0f} s")
+    for name in assignments:
+        spec = get_assignment(name)
+        options = BenchmarkOptions(budget_s=budget, peers_cache_s=0)
+        for i in range(runs):
+            started = time.time()
+            document = grade_source(spec.reference_file.read_bytes(), assignment=name, device="cuda",
+                                    settings=settings(), benchmark="on", benchmark_options=options, seed=i)
+            record = document.model_dump(mode="json", by_alias=True)
+            record["wall_s"] = time.time() - started
+            write(out_dir / f"{name}_run{i}.json", record)
+            results.append(record)
+            head = (record.get("benchmark") or {}).get("headline") or {}
+            log(f"{name} run {i}: {record['verdict']} headline {head.get('value')} reason {head.get('reason')} "
+                f"in {record['wall_s']:.1f} s (timings {record['timings_s']})")
     return results
 
 
-def run_cheats(out_dir: Path, budget: float, include_corpus: bool) -> dict:
-    from grader.benchmark import BenchmarkOptions, benchmark_file, run_peers
-    from grader.settings import GraderSettings
-
-    # Sandboxed when the caller provides bubblewrap (GRADER_SANDBOX=bwrap), as in production.
-    settings = GraderSettings(sandbox=os.environ.get("GRADER_SANDBOX", "unsafe-none"), work_root=WORK)
-    Path(settings.work_root).mkdir(parents=True, exist_ok=True)
-    options = BenchmarkOptions(budget_s=budget, peers_cache_s=0, shapes=((65536, 256), (1024, 32768)), dtypes=("float16",),
-                               compile_peer=False, save_full=True)
-    peers = run_peers(get_assignment("softmax_backward"), options=options, settings=settings)
-    files = sorted(CHEATS.glob("*.py"))
-    if include_corpus:
-        files.append(ROOT / "tests/corpus/softmax_backward/correct/rowblock_split2d.py")
+def run_files(out_dir: Path, files: list[str], budget: float, rows: str, checks_only: bool) -> dict:
     document = {}
-    for path in files:
+    for item in files:
+        path_text, _, assignment = item.partition("@")
+        assignment = assignment or "softmax_backward"
+        path = Path(path_text)
+        options = BenchmarkOptions(budget_s=budget, peers_cache_s=3600, compile_peer=rows == "full")
+        if rows == "quick":
+            options = BenchmarkOptions(budget_s=budget, peers_cache_s=3600, compile_peer=False,
+                                       shapes=((65536, 256), (1024, 32768)), dtypes=("float16",))
+        started = time.time()
         try:
-            result = benchmark_file(path, output=None, assignment="softmax_backward", settings=settings,
-                                    options=options, peers=peers)
-            document[path.name] = {"headline": result["headline"], "flags": result["flags"],
-                                   "rows": [{"id": r["id"], "flags": r["flags"],
-                                             "student_graph_s": (r["impls"]["student"].get("graph") or {}).get("median_s"),
-                                             "student_event_s": (r["impls"]["student"].get("event") or {}).get("median_s"),
-                                             "wall": r["impls"]["student"].get("wall"),
-                                             "speedup": r["speedup_vs_baseline"]} for r in result["rows"]],
-                                   "log_tail": ((result.get("log") or {}).get("text") or "")[-1500:]}
-        except Exception as exc:  # noqa: BLE001
-            document[path.name] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-2000:]}
-        entry = document[path.name]
-        log(f"cheat/corpus {path.name}: headline {(entry.get('headline') or {}).get('value')} "
-            f"reason {str((entry.get('headline') or {}).get('reason'))[:160]} {entry.get('error', '')}")
-        write(out_dir / "cheats.json", document)
+            result = grade_source(path.read_bytes(), assignment=assignment, device="cuda", settings=settings(),
+                                  benchmark="off" if checks_only else "on", benchmark_options=options)
+            document[item] = summary(result)
+        except Exception as exc:  # noqa: BLE001 - one file failing must not lose the others
+            document[item] = {"exception": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-3000:]}
+        document[item]["wall_s"] = time.time() - started
+        entry = document[item]
+        log(f"{item}: {entry.get('verdict')} failed {sorted(entry.get('failed', {}))} headline "
+            f"{(entry.get('headline') or {}).get('value')} {str((entry.get('headline') or {}).get('reason'))[:200]} "
+            f"{entry.get('exception', '')} in {entry['wall_s']:.1f} s")
+        write(out_dir / "files.json", document)
     return document
 
 
-def summary_table(results: list[dict]) -> None:
-    """Per row: student graph time, its fraction of copy bandwidth, each peer's graph time and the
-    speedups; then the run-to-run spread of the student/baseline ratios."""
-    if not results:
-        return
-    for i, result in enumerate(results):
-        bw = (result.get("copy_bandwidth") or {}).get("bytes_per_s") or float("nan")
-        print(f"-- run {i}: copy {bw / 1e12:.3f} TB/s, headline {result['headline']['value']}")
-        for row in result["rows"]:
-            im = row["impls"]
-            med = lambda k, m="graph": ((im.get(k) or {}).get(m) or {}).get("median_s") or float("nan")  # noqa: E731
-            peers = "  ".join(f"{name} {med(name) * 1e6:.1f}" for name in im if name != "student")
-            print(f"{row['id']:22s} student {med('student') * 1e6:9.1f} us "
-                  f"BW {row['student_bandwidth_fraction_min'].get('graph', float('nan')):5.2f}  {peers}  "
-                  f"speedup graph {row['speedup_vs_baseline'].get('graph', float('nan')):.2f} "
-                  f"event {row['speedup_vs_baseline'].get('event', float('nan')):.2f} {'; '.join(row['flags'])[:60]}")
-    if len(results) >= 2:
-        a, b = results[0]["rows"], results[1]["rows"]
+def spread(results: list[dict]) -> None:
+    """Run-to-run spread of the student/baseline ratios between consecutive runs of one reference."""
+    by_assignment: dict[str, list[dict]] = {}
+    for result in results:
+        by_assignment.setdefault(result["assignment"], []).append(result)
+    for name, runs in by_assignment.items():
         spreads = []
-        for ra, rb in zip(a, b):
-            for method in ("graph", "event"):
-                x, y = ra["ratio_student_over_baseline"].get(method), rb["ratio_student_over_baseline"].get(method)
-                if x and y:
-                    spreads.append((abs(x - y) / min(x, y), ra["id"], method))
-        if spreads:
-            worst = max(spreads)
-            print(f"\nrun-to-run spread of student/baseline ratios: max {worst[0]:.2%} ({worst[1]} {worst[2]}), "
-                  f"median {sorted(s[0] for s in spreads)[len(spreads) // 2]:.2%}")
+        for a, b in zip(runs, runs[1:]):
+            rows_a = (a.get("benchmark") or {}).get("rows") or []
+            rows_b = (b.get("benchmark") or {}).get("rows") or []
+            for ra, rb in zip(rows_a, rows_b):
+                for method in ("graph", "event"):
+                    x, y = ra["ratio_student_over_baseline"].get(method), rb["ratio_student_over_baseline"].get(method)
+                    if x and y:
+                        spreads.append((abs(x - y) / min(x, y), ra["id"], method))
+        for method in ("graph", "event"):
+            values = [s for s in spreads if s[2] == method]
+            if values:
+                worst = max(values)
+                log(f"{name}: run-to-run spread of student/baseline ratios ({method}): max {worst[0]:.2%} "
+                    f"({worst[1]}), median {sorted(v[0] for v in values)[len(values) // 2]:.2%}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=os.environ.get("OUT", "out"))
-    parser.add_argument("--assignment", default="softmax_backward")
     parser.add_argument("--runs", type=int, default=0)
-    parser.add_argument("--budget", type=float, default=0.3)
-    parser.add_argument("--cheats", action="store_true")
-    parser.add_argument("--corpus", action="store_true")
-    parser.add_argument("--order", default="runs,cheats")
+    parser.add_argument("--assignments", nargs="*", default=sorted(MANIFESTS))
+    parser.add_argument("--budget", type=float, default=0.25)
+    parser.add_argument("--files", nargs="*", default=[])
+    parser.add_argument("--rows", choices=["quick", "full"], default="quick")
+    parser.add_argument("--checks-only", action="store_true")
+    parser.add_argument("--order", default="runs,files")
     args = parser.parse_args()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -153,17 +163,14 @@ def main() -> int:
         print("gpu_bench: no CUDA device; nothing to time", file=sys.stderr)
         return 3
     log("gpu", torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__)
-    results = []
     for step in args.order.split(","):
         try:
             if step == "runs" and args.runs:
-                results = run_full(out_dir, args.runs, args.budget, args.assignment)
-                summary_table(results)
-            elif step == "cheats" and (args.cheats or args.corpus):
-                run_cheats(out_dir, min(args.budget, 0.2), args.corpus)
+                spread(run_references(out_dir, args.runs, args.budget, args.assignments))
+            elif step == "files" and args.files:
+                run_files(out_dir, args.files, args.budget, args.rows, args.checks_only)
         except Exception:  # noqa: BLE001 - one step failing must not lose the others
             log(f"step {step} failed:\n{traceback.format_exc()}")
-    summary_table(results)
     return 0
 
 

@@ -46,6 +46,8 @@ class BenchmarkSpec:
         oracle_rows: ``oracle_rows(inputs, rows) -> (expected, scale)``: the fp64 oracle and error
             scale of the output rows ``rows`` (None: all) for the inputs bench.py made.
         bench_file: the assignment's bench.py (bound into the timing children).
+        oracle_file: the assignment's oracle.py (torch-only; bound into the replay timer, which
+            calls its ``benchmark_oracle(inputs, rows)`` to verify every timed output).
     """
 
     shapes: tuple[tuple[int, ...], ...]
@@ -56,6 +58,7 @@ class BenchmarkSpec:
     floor_bytes: Callable[[tuple[int, ...], str], dict[str, int]]
     oracle_rows: Callable[[tuple, tuple[int, ...] | None], tuple[torch.Tensor, torch.Tensor]]
     bench_file: Path
+    oracle_file: Path
 
 
 class Assignment(Protocol):

@@ -1,13 +1,12 @@
-"""Running the two timing children and reading what they wrote.
+"""The peers child: times the assignment's trusted implementations, and its cache.
 
-- The peers child never imports a submission: it times the assignment's peers (bench.py's
-  PEERS, torch.compile of the baseline, the course reference kernel), the device-to-device
-  copy bandwidth and the streaming probe. It runs trusted code only, so outside the sandbox;
-  its result is cached per GPU, software, options and reference source (``cached_peers``).
-- The student child runs in the sandbox, imports the submission and times it.
-
-Both run grader/harness/bench_child.py from a staged harness folder that also holds the
-assignment's bench.py as ``assignment_bench.py``.
+It never imports a submission: it times the assignment's peers (bench.py's PEERS, torch.compile
+of the baseline, the course reference kernel), the device-to-device copy bandwidth and the
+streaming probe. It runs trusted code only, so outside the sandbox; its result is cached per
+GPU, software, options and reference source (``cached_peers``). It runs
+grader/harness/bench_child.py from a staged harness folder that also holds the assignment's
+bench.py as ``assignment_bench.py``. (The submission is timed by the replay process,
+grader/replay.py.)
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from pathlib import Path
 from grader.assignments.protocol import Assignment
 from grader.benchmark.options import BenchmarkOptions, benchmark_rows
 from grader.benchmark.verify import verify_rows
-from grader.sandbox import HARNESS_SOURCE, run_sandboxed, stage_harness
+from grader.sandbox import HARNESS_SOURCE, stage_harness
 from grader.version import grader_version, package_version
 
 HARNESS_NAME = "bench_child.py"
@@ -137,27 +136,3 @@ def cached_peers(assignment: Assignment, *, options: BenchmarkOptions, settings,
         os.chmod(tmp, 0o600)
         os.replace(tmp, path)
     return document
-
-
-def run_student(source_dir: Path, assignment: Assignment, *, rows: list[dict], options: BenchmarkOptions, settings,
-                cache_dir: Path | None = None) -> tuple[dict, dict]:
-    """Time the submission in ``source_dir`` in the sandbox; returns (its document, process info:
-    duration_s, returncode, timed_out, memory_exceeded, log)."""
-    harness = _stage(assignment, settings)
-    _write_plan(source_dir, mode="student", rows=rows, options=options, assignment=assignment, extra={})
-    settings = settings.model_copy(update={"child_timeout_s": max(settings.child_timeout_s, options.student_timeout_s)})
-    try:
-        outcome = run_sandboxed(harness=harness, workdir=source_dir, device="cuda", settings=settings,
-                                args=[str(source_dir)], cache_dir=cache_dir)
-    finally:
-        shutil.rmtree(harness.parent, ignore_errors=True)
-    info = {"duration_s": outcome.duration_s, "returncode": outcome.returncode, "timed_out": outcome.timed_out,
-            "memory_exceeded": outcome.memory_exceeded, "log": outcome.log.as_json()}
-    document = read_child_result(source_dir) or {"rows": []}
-    if outcome.timed_out:
-        document.setdefault("error", f"the timing process did not finish within {settings.child_timeout_s:g} s")
-    elif outcome.memory_exceeded:
-        document.setdefault("error", "the timing process exceeded its memory limit")
-    elif not document.get("complete") and "error" not in document:
-        document["error"] = f"the timing process stopped early (exit status {outcome.returncode})"
-    return document, info

@@ -24,7 +24,8 @@ class BenchmarkOptions:
         compile_peer: also time torch.compile of the baseline.
         copy_bytes: buffer size of the copy-bandwidth measurement, bytes.
         shapes / dtypes: override the assignment's benchmark rows (tests, quick runs).
-        student_timeout_s / peers_timeout_s: wall-clock limits of the two children, seconds.
+        student_timeout_s / peers_timeout_s: wall-clock limits of the replay timer and of the
+            peers child, seconds.
         peers_cache_s: reuse a peers result (same GPU, driver, versions, options and reference
             source) for this long, seconds; 0 times the peers with every submission.
     """

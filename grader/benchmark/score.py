@@ -1,12 +1,15 @@
-"""From timings to the ``benchmark`` object: floors, ratios, flags and the headline.
+"""From timings to the ``benchmark`` object: statistics, floors, ratios, flags and the headline.
 
-Pure functions of the timing documents the children wrote (after the parent re-verified the
-outputs, grader/benchmark/verify.py); unit-tested on CPU.
+Pure functions of what the two timing processes reported, unit-tested on CPU: the student's
+rows come from the trusted replay timer (grader/harness/replay_child.py: the submission's
+recorded Triton launches, every timed output verified there), the peers' from the peers child
+(re-verified here, grader/benchmark/verify.py). Every statistic is computed here from the raw
+samples the processes reported.
 
 Headline: the geometric mean over rows of baseline_time / student_time under CUDA-graph timing;
-a row is ranked only when nothing flags it (wrong or stale timed outputs, a time under the
-bandwidth floor, event time undercutting the device-synchronised wall clock, persisting-L2
-changes, replaced timing functions), and the headline exists only when every row is ranked.
+a row is ranked only when nothing flags it (a timed output outside tolerance, a time under the
+bandwidth floor, event time undercutting the device-synchronised wall clock, a recording that
+could not be replayed), and the headline exists only when every row is ranked.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import asdict
 
 from grader.assignments.protocol import BenchmarkSpec
 from grader.benchmark.options import BenchmarkOptions
+from grader.harness.timing import summarize
 from grader.version import grader_version
 
 SCHEMA_VERSION = 2
@@ -38,8 +42,15 @@ METHOD_SCOPE = (
     "stream around each call (host runs ahead, so launch overhead shows only where it exceeds the GPU "
     "time of the preceding flush); graph = {sets} calls with flushes captured in one CUDA graph, minus a "
     "flush-only graph, per call (no launch overhead; write-back of the call's dirty L2 lines during the "
-    "next flush included). Not timed: input generation, the first call (compilation), warm-up, the "
-    "flush itself, host-device synchronisation. Floor: {floor_bytes} bytes (one pass) / copy bandwidth."
+    "next flush included). Not timed: input generation and refreshing, verification, the first call "
+    "(compilation), warm-up, the flush itself, host-device synchronisation. Floor: {floor_bytes} bytes "
+    "(one pass) / copy bandwidth."
+)
+STUDENT_SCOPE = (
+    "the submission's recorded Triton launches for one call, replayed by a process that never runs the "
+    "submission's Python (its kernels as compiled, with their grids and arguments, and the buffers its wrapper "
+    "filled before launching); not its Python wrapper (validation, allocation) nor PyTorch work it did outside "
+    "Triton. Every timed call gets new inputs and is verified on rows drawn after the call"
 )
 
 
@@ -79,37 +90,59 @@ def finite_json(value):
     return value
 
 
+def restat(stats: dict | None) -> dict | None:
+    """Statistics computed here from a process's raw samples (``samples_s``), which are then
+    dropped from the stored document; a stats dict without samples (or an error) is returned as
+    it is."""
+    if not isinstance(stats, dict) or not isinstance(stats.get("samples_s"), list):
+        return stats
+    samples = [float(v) for v in stats["samples_s"] if isinstance(v, (int, float)) and math.isfinite(v)]
+    if not samples:
+        return {"error": "no samples"}
+    out = summarize(samples, str(stats.get("stop", "?")))
+    if isinstance(stats.get("flush_per_call_median_s"), (int, float)):
+        out["flush_per_call_median_s"] = stats["flush_per_call_median_s"]
+    return out
+
+
 def _impl_summary(result: dict | None, floor_min: float, floor_two_pass: float) -> dict:
     if not result:
         return {"error": "not timed"}
-    out = {k: result[k] for k in ("event", "graph", "wall", "first_call_s", "verified", "error") if k in result}
+    keys = ("event", "graph", "wall", "first_call_s", "verified", "event_verified", "graph_verified", "error",
+            "launches", "torch_ops", "persisting_l2_limit_after")
+    out = {k: result[k] for k in keys if k in result}
     for method in ("event", "graph"):
-        t = median_of(result.get(method))
+        if method in out:
+            out[method] = restat(out[method])
+        t = median_of(out.get(method))
         if t:
             out.setdefault("bandwidth_fraction_min", {})[method] = floor_min / t
             out.setdefault("bandwidth_fraction_two_pass", {})[method] = floor_two_pass / t
     return out
 
 
-def student_flags(result: dict | None, floor_min: float, entry: dict) -> list[str]:
-    """Why a row of the student's timings must not be ranked (empty: rank it)."""
+def student_flags(result: dict | None, floor_min: float) -> list[str]:
+    """Why a row of the student's (replayed) timings must not be ranked (empty: rank it)."""
     flags: list[str] = []
     if not result:
         return ["not timed"]
     if result.get("error"):
-        flags.append(f"error: {result['error'][:300]}")
+        flags.append(f"error: {str(result['error'])[:300]}")
     for method in ("event", "graph"):
         stats = result.get(method)
         if not isinstance(stats, dict) or "median_s" not in stats:
             if isinstance(stats, dict) and stats.get("error"):
-                flags.append(f"{method} timing failed: {stats['error'][:300]}")
+                flags.append(f"{method} timing failed: {str(stats['error'])[:300]}")
             elif not result.get("error"):
                 flags.append(f"{method} timing missing")
             continue
-        check = (result.get("verified") or {}).get(method)
-        if not check or not check.get("passed"):
-            detail = "; ".join((check or {}).get("problems", [])[:2]) or "not verified"
-            flags.append(f"wrong or stale output in {method}-timed calls: {detail}")
+        verified = result.get(f"{method}_verified")
+        if not isinstance(verified, dict) or not verified.get("passed"):
+            detail = ("not verified" if not isinstance(verified, dict) else
+                      f"{verified.get('elements_outside_tolerance')} elements outside tolerance in "
+                      f"{verified.get('calls_verified')} verified calls (worst "
+                      f"{verified.get('worst_error_over_tolerance')} x tolerance)")
+            flags.append(f"wrong output in {method}-timed calls: {detail}")
         if is_implausible(median_of(stats), floor_min):
             flags.append(f"implausible {method} time: {median_of(stats) * 1e6:.2f} us is under "
                          f"{IMPLAUSIBLE_FRACTION:g} x the bandwidth floor {floor_min * 1e6:.2f} us")
@@ -117,62 +150,45 @@ def student_flags(result: dict | None, floor_min: float, entry: dict) -> list[st
     event_t = median_of(result.get("event"))
     if wall and event_t is not None and event_undercuts_wall(event_t, wall["gpu_lower_bound_median_s"]):
         flags.append(f"event time {event_t * 1e6:.1f} us undercuts the device-synchronised wall clock "
-                     f"({wall['gpu_lower_bound_median_s'] * 1e6:.1f} us of GPU work after the call returned): "
-                     "work on another stream?")
-    for key in ("persisting_l2_limit_after", "persisting_l2_limit_after_graph"):
-        if result.get(key):
-            flags.append(f"the persisting-L2 limit was set to {result[key]} bytes during timing")
-    if entry.get("tampered"):
-        flags.append("timing or synchronisation functions were replaced: " + ", ".join(entry["tampered"]))
+                     f"({wall['gpu_lower_bound_median_s'] * 1e6:.1f} us of GPU work after the call returned)")
+    if result.get("persisting_l2_limit_after"):
+        flags.append(f"the persisting-L2 limit was {result['persisting_l2_limit_after']} bytes during timing")
     return flags
 
 
-def claimed_gpu_seconds(student_doc: dict, options: BenchmarkOptions) -> float:
-    """GPU time (s) the student's timing process says it spent in timed phases (a sanity bound)."""
-    total = 0.0
-    for entry in student_doc.get("rows", []):
-        result = (entry.get("impls") or {}).get(STUDENT) or {}
-        for method in ("event", "graph"):
-            stats = result.get(method) or {}
-            if isinstance(stats.get("n"), int) and isinstance(stats.get("mean_s"), (int, float)):
-                per = stats["mean_s"] * (options.sets if method == "graph" else 1)
-                total += stats["n"] * max(per, 0.0)
-    return total
-
-
-def assemble(*, spec: BenchmarkSpec, student_doc: dict, student_info: dict | None, peers_doc: dict,
-             rows: list[dict], options: BenchmarkOptions, sandbox: str | None = None) -> dict:
+def assemble(*, spec: BenchmarkSpec, student_rows: dict[str, dict], peers_doc: dict, rows: list[dict],
+             options: BenchmarkOptions, global_flags: list[str] | None = None, sandbox: str | None = None,
+             student_info: dict | None = None) -> dict:
     """The ``benchmark`` object: per-row times, ratios, bandwidth fractions, flags, headline.
 
     Args:
         spec: the assignment's benchmark (baseline, peers, scopes, floors).
-        student_doc / peers_doc: what the timing children wrote, outputs already verified.
-        student_info: the student child's duration and log.
+        student_rows: row id -> the replay timer's row (raw samples, verification), or
+            {"error": ...} for a row that could not be recorded or replayed.
+        peers_doc: what the peers child wrote, outputs already re-verified.
         rows: the rows timed (benchmark_rows).
         options: the run's options.
-        sandbox: how the student child was sandboxed, in words.
+        global_flags: reasons that deny the whole score (e.g. the replay process failed).
+        sandbox: how the timing processes were sandboxed, in words.
+        student_info: the replay process's duration and log.
     """
     bandwidth = (peers_doc.get("copy_bandwidth") or {}).get("bytes_per_s")
     peer_rows = {e.get("id"): e for e in peers_doc.get("rows", [])}
-    student_rows = {e.get("id"): e for e in student_doc.get("rows", [])}
-    flush_bytes = peers_doc.get("flush_bytes") or student_doc.get("flush_bytes") or options.flush_bytes
+    flush_bytes = peers_doc.get("flush_bytes") or options.flush_bytes
     out_rows = []
-    global_flags: list[str] = []
-    if student_doc.get("error"):
-        global_flags.append(f"submission: {student_doc['error']}")
+    global_flags = list(global_flags or [])
     if not bandwidth:
         global_flags.append("no copy bandwidth was measured, so no floor could be checked")
-    for tampered in student_doc.get("tampered_after_import") or []:
-        global_flags.append(f"importing the submission replaced {tampered}")
     speedups_graph, speedups_event, fractions = [], [], []
+    speedups_peers: dict[str, list[float]] = {peer: [] for peer in spec.peers}
     for row in rows:
         shape, dtype = tuple(row["shape"]), row["dtype"]
         floor_bytes = spec.floor_bytes(shape, dtype)
         floor_min = floor_bytes["min"] / bandwidth if bandwidth else float("nan")
         floor_two_pass = floor_bytes["two_pass"] / bandwidth if bandwidth else float("nan")
-        s_entry = student_rows.get(row["id"], {})
+        s_entry = student_rows.get(row["id"]) or {"error": "not recorded"}
         p_entry = peer_rows.get(row["id"], {})
-        impls = {STUDENT: _impl_summary((s_entry.get("impls") or {}).get(STUDENT), floor_min, floor_two_pass)}
+        impls = {STUDENT: _impl_summary(s_entry, floor_min, floor_two_pass)}
         for peer in spec.peers:
             result = (p_entry.get("impls") or {}).get(peer)
             if result is not None:
@@ -180,9 +196,7 @@ def assemble(*, spec: BenchmarkSpec, student_doc: dict, student_info: dict | Non
                 bad = result.get("verified") or {}
                 if result.get("error") or any(not v.get("passed") for v in bad.values()):
                     impls[peer]["flags"] = ["peer failed or wrong: " + str(result.get("error") or bad)[:300]]
-        flags = student_flags((s_entry.get("impls") or {}).get(STUDENT), floor_min, s_entry) if bandwidth else ["no floor"]
-        if s_entry.get("error"):
-            flags.append(s_entry["error"])
+        flags = student_flags(impls[STUDENT], floor_min) if bandwidth else ["no floor"]
         ratio, speedup = {}, {}
         for method in ("event", "graph"):
             s = median_of(impls[STUDENT].get(method))
@@ -192,7 +206,7 @@ def assemble(*, spec: BenchmarkSpec, student_doc: dict, student_info: dict | Non
                 speedup[method] = b / s
         s_graph = median_of(impls[STUDENT].get("graph"))
         probe = p_entry.get("streaming_probe") or {}
-        probe_graph = median_of(probe.get("graph"))
+        probe_graph = median_of(restat(probe.get("graph")))
         if probe_graph and probe_graph > 0:
             streaming_probe = {"what": probe.get("what"), "graph_s": probe_graph,
                                "bandwidth_fraction_min": floor_min / probe_graph if bandwidth else None,
@@ -205,6 +219,10 @@ def assemble(*, spec: BenchmarkSpec, student_doc: dict, student_info: dict | Non
             if "event" in speedup:
                 speedups_event.append(speedup["event"])
             fractions.append(floor_min / s_graph)
+            for peer in spec.peers:
+                peer_graph = median_of(impls.get(peer, {}).get("graph"))
+                if peer_graph:
+                    speedups_peers[peer].append(peer_graph / s_graph)
         out_rows.append({
             "id": row["id"],
             "shape": list(shape),
@@ -229,10 +247,6 @@ def assemble(*, spec: BenchmarkSpec, student_doc: dict, student_info: dict | Non
     if not all_ranked:
         bad = [f"{r['id']}: {r['flags'][0]}" for r in out_rows if not r["ranked"] and r["flags"]]
         reason = "; ".join(global_flags + bad[:3]) or "some rows were not timed"
-    claimed = claimed_gpu_seconds(student_doc, options)
-    if student_info and claimed > student_info.get("duration_s", float("inf")) * 1.05 + 1.0:
-        value, reason = None, (f"the timing process claims {claimed:.1f} s of GPU work in "
-                               f"{student_info['duration_s']:.1f} s of wall time")
     return finite_json({
         "schema": SCHEMA_VERSION,
         "headline": {"name": HEADLINE_NAME, "value": value, "baseline": spec.baseline, "method": "graph",
@@ -241,11 +255,13 @@ def assemble(*, spec: BenchmarkSpec, student_doc: dict, student_info: dict | Non
             "geomean_speedup_vs_baseline_graph": geometric_mean(speedups_graph) if all_ranked else None,
             "geomean_speedup_vs_baseline_event": geometric_mean(speedups_event) if all_ranked else None,
             "geomean_bandwidth_fraction_min_graph": geometric_mean(fractions) if all_ranked else None,
+            "geomean_speedup_vs_peer_graph": {peer: geometric_mean(v) if all_ranked else None
+                                              for peer, v in speedups_peers.items()},
         },
         "baseline": {"name": spec.baseline, "scope": spec.scopes.get(spec.baseline)},
-        "scopes": spec.scopes,
+        "scopes": {**spec.scopes, STUDENT: STUDENT_SCOPE},
         "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "gpu": peers_doc.get("gpu") or student_doc.get("gpu"),
+        "gpu": peers_doc.get("gpu"),
         "gpu_after": peers_doc.get("gpu_after"),
         "versions": {**(peers_doc.get("versions") or {}), "grader": grader_version()},
         "copy_bandwidth": peers_doc.get("copy_bandwidth"),
@@ -256,6 +272,6 @@ def assemble(*, spec: BenchmarkSpec, student_doc: dict, student_info: dict | Non
         "flags": global_flags,
         "rows": out_rows,
         "timings_s": {"peers_child": peers_doc.get("duration_s"),
-                      "student_child": (student_info or {}).get("duration_s")},
+                      "replay_child": (student_info or {}).get("duration_s")},
         "log": (student_info or {}).get("log"),
     })

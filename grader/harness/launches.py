@@ -389,14 +389,17 @@ def kernel_record(compiled) -> tuple[dict | None, bytes | None, str | None]:
     return record, bytes(cubin), None
 
 
-def fresh_buffers(recording: dict, inputs: dict[str, torch.Tensor], device) -> dict[str, torch.Tensor]:
+def fresh_buffers(recording: dict, inputs: dict[str, torch.Tensor], device, *, copy_inputs: bool = True
+                  ) -> dict[str, torch.Tensor]:
     """New storage for every buffer of a recorded call, as uint8 tensors on ``device``.
 
     Args:
         recording: a ``protocol.CallRecording`` (dict form).
         inputs: ``arg<i>``/``kwarg_<name>`` -> uint8 tensor with the new input values (the same
-            number of bytes as the recorded buffer; a copy is used).
+            number of bytes as the recorded buffer).
         device: where to allocate ``out`` and scratch.
+        copy_inputs: use copies of ``inputs`` (default), or the given storage itself (the timer
+            refreshes its inputs in place between timed calls).
 
     Returns:
         buffer name -> uint8 tensor; ``out`` and scratch hold NaN bytes (0xFF), or the value the
@@ -412,7 +415,7 @@ def fresh_buffers(recording: dict, inputs: dict[str, torch.Tensor], device) -> d
             given = inputs.get(name)
             if given is None or given.numel() != nbytes:
                 raise ValueError(f"no new values of {nbytes} bytes for buffer {name}")
-            fresh[name] = given.to(device).clone()
+            fresh[name] = given.to(device).clone() if copy_inputs else given
             continue
         raw = torch.full((nbytes,), 255, dtype=torch.uint8, device=device)
         if buffer.get("fill") is not None and buffer.get("fill_dtype"):

@@ -12,6 +12,8 @@ Names the generic timing harness (grader/harness/bench_child.py) reads:
     STREAMING_PROBE: (description, function) making the same memory accesses with no
         arithmetic to speak of: what streaming these bytes costs at this size (reported only).
     expected_output(inputs) -> (shape, dtype) of a correct output.
+    refill_inputs(inputs, generator): new values in place, from the same distribution as
+        make_inputs (the replay timer gives every timed call new inputs).
 """
 
 from __future__ import annotations
@@ -35,6 +37,13 @@ def make_inputs(shape: tuple[int, int], dtype: torch.dtype, seed: int, device: s
     y = (torch.rand((m, n), generator=gen, device=device, dtype=torch.float32) * (2.0 / n)).to(dtype)
     g = (torch.randn((m, n), generator=gen, device=device, dtype=torch.float32) + 0.5).to(dtype)
     return y, g
+
+
+def refill_inputs(inputs: list, generator: torch.Generator) -> None:
+    """New (y, g) values in place: y ~ U(0, 2/N), g ~ N(0.5, 1), as ``make_inputs`` draws them."""
+    y, g = inputs
+    y.uniform_(0.0, 2.0 / y.shape[-1], generator=generator)
+    g.normal_(0.5, 1.0, generator=generator)
 
 
 def expected_output(inputs: tuple[torch.Tensor, torch.Tensor]) -> tuple[tuple[int, ...], torch.dtype]:

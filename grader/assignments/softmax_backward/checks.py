@@ -15,6 +15,7 @@ from grader.assignments.softmax_backward.inputs import random_case
 from grader.assignments.softmax_backward.oracle import autograd_vjp_fp64, central_difference_fp64, vjp_fp64
 from grader.assignments.softmax_backward.spec import (
     CENTRAL_DIFFERENCE_ATOL,
+    CENTRAL_DIFFERENCE_H,
     CHECK_NAMES,
     HINTS,
     LONG_ROW,
@@ -128,7 +129,7 @@ def _check_central_difference(plan: Plan) -> PlannedCheck:
         for _ in range(4):
             row = int(torch.randint(m, (1,), generator=plan.generator))
             col = int(torch.randint(n, (1,), generator=plan.generator))
-            points.append((row, col, central_difference_fp64(x, g, row, col)))
+            points.append((row, col, central_difference_fp64(x, g, row, col, CENTRAL_DIFFERENCE_H)))
         call.extra["points"] = points
         calls.append(call)
 

@@ -1,0 +1,319 @@
+"""The trusted replay process: runs a submission's recorded Triton kernels, never its Python.
+
+Run as a script in the sandbox with the GPU: ``python replay_child.py WORKDIR``. It imports the
+standard library, torch, safetensors and its sibling harness files (timing.py, launches.py,
+cuda_driver.py, protocol.py) and the assignment's torch-only bench.py and oracle.py (staged as
+``assignment_bench.py`` and ``assignment_oracle.py``); the submission's file is not in its
+sandbox. What it runs of the submission is GPU code: the cubins the parent checked against the
+recording (sha256), loaded and launched through the CUDA driver (cuda_driver.py), never through
+code generated from a recording.
+
+Two phases, from ``replay_plan.json`` (written by the parent from a validated recording):
+
+1. ``check_calls``: each recorded check call is replayed once on the replay inputs the parent
+   wrote (``replay_inputs.safetensors``, keys ``<call id>|<buffer>``), with fresh output and
+   scratch buffers (NaN bytes, or the value the wrapper filled them with). The output views go
+   to ``replay_outputs.safetensors`` (key: call id); the parent compares them with the oracle.
+2. ``benchmark`` (only when the parent asks): each row's recorded call is timed (timing.py's
+   event and graph methods, L2 flush before every call) on K buffer sets made by bench.py's
+   ``make_inputs``. After every timed call (untimed) the output is verified on rows drawn at
+   random after the call, against the fp64 oracle (``assignment_oracle.benchmark_oracle``) and
+   the dtype's tolerance, and the inputs of that set get new values (bench.py's
+   ``refill_inputs``): no two timed calls see the same inputs. The raw samples go to the
+   parent, which computes the statistics.
+
+Results: ``replay_result.json``. A CUDA error poisons the process: what follows is skipped and
+reported as such.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import math
+import os
+import sys
+import time
+import traceback
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # python -I leaves the script's folder out
+import protocol  # noqa: E402
+from cuda_driver import CudaDriver, pack_parameters  # noqa: E402
+from launches import fresh_buffers, output_view  # noqa: E402
+from timing import DTYPES, PersistingL2, Timer, _sync, gpu_info, versions  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _load_module(name: str):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _write(workdir: str, document: dict) -> None:
+    tmp = os.path.join(workdir, "replay_result.json.tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(document, handle, default=str)
+    os.replace(tmp, os.path.join(workdir, "replay_result.json"))
+
+
+class Kernels:
+    """The recording's kernels, loaded once from their checked cubins."""
+
+    def __init__(self, driver: CudaDriver, records: list[protocol.KernelRecord], folder: str) -> None:
+        self.driver = driver
+        self.records = {k.id: k for k in records}
+        self.loaded: dict = {}
+        self.folder = folder
+
+    def get(self, kernel_id: str):
+        if kernel_id not in self.loaded:
+            record = self.records[kernel_id]
+            with open(os.path.join(self.folder, f"kernel_{kernel_id}.cubin"), "rb") as handle:
+                cubin = handle.read()
+            if hashlib.sha256(cubin).hexdigest() != kernel_id:
+                raise RuntimeError(f"kernel {record.name}: the cubin does not match its recorded digest")
+            self.loaded[kernel_id] = self.driver.load(
+                cubin, name=record.name, shared=record.shared, num_warps=record.num_warps, num_ctas=record.num_ctas,
+                cooperative=record.launch_cooperative_grid, pdl=record.launch_pdl)
+        return self.loaded[kernel_id]
+
+
+class Sequence:
+    """A recorded call's launches bound to one set of buffers: packed once, launched on demand.
+
+    Before the launches, buffers the wrapper filled (zeros for an accumulator...) are filled
+    again, as the wrapper did on every call; Triton's global scratch is allocated once per set.
+    """
+
+    def __init__(self, recording: protocol.CallRecording, buffers: dict[str, torch.Tensor], kernels: Kernels) -> None:
+        self.fills = []
+        for record in recording.buffers:
+            if record.fill is not None and record.fill_dtype and not record.name.startswith(("arg", "kwarg_")):
+                dtype = getattr(torch, record.fill_dtype)
+                element = torch.empty(0, dtype=dtype).element_size()
+                raw = buffers[record.name]
+                self.fills.append((raw[: raw.numel() - raw.numel() % element].view(dtype), record.fill))
+        self.launches = []
+        self.keep = []  # scratch and packed parameters stay alive as long as the sequence
+        for launch in recording.launches:
+            kernel_record = kernels.records[launch.kernel]
+            kernel = kernels.get(launch.kernel)
+            values = []
+            for arg in launch.args:
+                if isinstance(arg, protocol.PointerArg):
+                    values.append(int(buffers[arg.buffer].data_ptr()) + arg.offset_bytes)
+                else:
+                    values.append(arg.value)
+            scratch = 0
+            if kernel_record.global_scratch_size:
+                count = launch.grid[0] * launch.grid[1] * launch.grid[2] * kernel_record.num_ctas
+                size = count * kernel_record.global_scratch_size + kernel_record.global_scratch_align
+                block = torch.empty(size, dtype=torch.uint8, device="cuda")
+                self.keep.append(block)
+                address = int(block.data_ptr())
+                align = kernel_record.global_scratch_align
+                scratch = (address + align - 1) // align * align
+            parameters = pack_parameters(kernel_record.signature, values, scratch)
+            self.keep.append(parameters)
+            self.launches.append((kernel, tuple(launch.grid), parameters))
+        self.driver = kernels.driver
+
+    def __call__(self) -> None:
+        stream = torch.cuda.current_stream().cuda_stream
+        for view, value in self.fills:
+            view.fill_(value)
+        for kernel, grid, parameters in self.launches:
+            self.driver.launch(kernel, grid, parameters, stream)
+
+
+def replay_checks(plan: dict, kernels: Kernels, workdir: str, result: dict) -> bool:
+    """Phase 1; returns False when a CUDA error poisoned the process."""
+    from safetensors.torch import load_file, save_file
+
+    calls = [protocol.CallRecording.model_validate(c) for c in plan.get("check_calls", [])]
+    if not calls:
+        return True
+    inputs = load_file(os.path.join(workdir, plan["check_inputs"]))
+    outputs: dict = {}
+    status: dict = {}
+    alive = True
+    for call in calls:
+        if not alive:
+            status[call.call_id] = {"status": "skipped", "message": "an earlier replay poisoned the GPU context"}
+            continue
+        try:
+            given = {key.split("|", 1)[1]: tensor for key, tensor in inputs.items() if key.split("|", 1)[0] == call.call_id}
+            buffers = fresh_buffers(call.model_dump(), given, "cuda")
+            Sequence(call, buffers, kernels)()
+            _sync()
+            out = output_view(call.output.model_dump() if call.output else None, buffers)
+            if out is not None:
+                outputs[call.call_id] = out.contiguous().cpu()
+            status[call.call_id] = {"status": "ok"}
+        except Exception as exc:  # noqa: BLE001 - a failing replay is a finding about the submission
+            text = f"{type(exc).__name__}: {str(exc)[:500]}"
+            status[call.call_id] = {"status": "error", "message": text}
+            if "CUDA" in text or "illegal" in text.lower() or "launch" in text.lower():
+                alive = _context_alive()
+    if outputs:
+        save_file(outputs, os.path.join(workdir, "replay_outputs.safetensors"))
+    result["check_calls"] = status
+    return alive
+
+
+def _context_alive() -> bool:
+    try:
+        torch.zeros(1, device="cuda").add_(1)
+        _sync()
+        return True
+    except Exception:  # noqa: BLE001 - a poisoned context
+        return False
+
+
+def time_rows(plan: dict, kernels: Kernels, workdir: str, result: dict) -> None:
+    """Phase 2: time and verify every benchmark row (see the module docstring)."""
+    bench = _load_module("assignment_bench")
+    oracle = _load_module("assignment_oracle")
+    spec = plan["benchmark"]
+    opts = spec["options"]
+    l2 = PersistingL2()
+    result["persisting_l2_control"] = l2.how
+    l2.reset()
+    l2_bytes = result["gpu"]["l2_bytes"] or (50 << 20)
+    flush_bytes = int(opts.get("flush_bytes") or max(4 * l2_bytes, 256 << 20))
+    result["flush_bytes"] = flush_bytes
+    timer = Timer(opts, torch.ones(flush_bytes // 4, device="cuda", dtype=torch.float32), l2)
+    generator = torch.Generator(device="cuda")
+    generator.manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
+    rows_out = []
+    result["rows"] = rows_out
+    for row in spec["rows"]:
+        entry = {"id": row["id"], "shape": row["shape"], "dtype": row["dtype"]}
+        rows_out.append(entry)
+        try:
+            entry.update(_time_row(row, spec, opts, bench, oracle, kernels, timer, generator))
+        except Exception as exc:  # noqa: BLE001 - a failing row is reported, not fatal
+            entry["error"] = f"{type(exc).__name__}: {str(exc)[:1000]}"
+            entry["traceback"] = "".join(traceback.format_exception(exc))[-3000:]
+            if not _context_alive():
+                entry["fatal"] = True
+                break
+        torch.cuda.empty_cache()
+        _write(workdir, result)
+
+
+def _time_row(row: dict, spec: dict, opts: dict, bench, oracle, kernels: Kernels, timer: Timer, generator) -> dict:
+    recording = protocol.CallRecording.model_validate(row["recording"])
+    shape, dtype = tuple(row["shape"]), DTYPES[row["dtype"]]
+    tolerance = spec["tolerances"][row["dtype"]]
+    per_call_rows = int(spec.get("verify_rows_per_call", 2))
+    n_sets = int(opts["sets"])
+    sets = [list(bench.make_inputs(shape, dtype, row["seed"] * 1000 + k, "cuda")) for k in range(n_sets)]
+    sequences, outputs = [], []
+    for inputs in sets:
+        given = {f"arg{i}": torch.empty(0, dtype=torch.uint8, device="cuda").set_(t.untyped_storage())
+                 for i, t in enumerate(inputs) if isinstance(t, torch.Tensor)}
+        buffers = fresh_buffers(recording.model_dump(), given, "cuda", copy_inputs=False)
+        sequences.append(Sequence(recording, buffers, kernels))
+        outputs.append(output_view(recording.output.model_dump() if recording.output else None, buffers))
+    if outputs[0] is None:
+        raise RuntimeError("the recorded call returned no tensor")
+    rows_total = outputs[0].shape[0]
+    state = {"worst": torch.zeros((), dtype=torch.float64, device="cuda"),
+             "bad": torch.zeros((), dtype=torch.int64, device="cuda"), "calls": 0}
+
+    def call(k: int):
+        sequences[k]()
+        return outputs[k]
+
+    def verify_and_refresh(k: int) -> None:
+        rows = torch.randint(0, rows_total, (per_call_rows,), device="cuda", generator=generator)
+        expected, scale = oracle.benchmark_oracle(tuple(sets[k]), rows)
+        got = outputs[k].index_select(0, rows).double()
+        allowed = tolerance["atol"] + tolerance["rtol"] * scale + tolerance["vtol"] * expected.abs()
+        ratio = ((got - expected).abs() / allowed).nan_to_num(nan=math.inf)
+        torch.maximum(state["worst"], ratio.max(), out=state["worst"])
+        state["bad"] += (ratio > 1).sum()
+        state["calls"] += 1
+        bench.refill_inputs(sets[k], generator)
+
+    def verify_all() -> None:
+        for k in range(n_sets):
+            verify_and_refresh(k)
+
+    out: dict = {"launches": len(recording.launches), "kernels": sorted({launch.kernel[:12] for launch in recording.launches})}
+    for _ in range(3):  # warm-up (no compilation here: the binaries are loaded)
+        for k in range(n_sets):
+            call(k)
+    _sync()
+    timer.l2.reset()
+    stats, _ = timer.events(call, n_sets, after=verify_and_refresh)
+    _sync()
+    out["event"] = stats
+    out["event_verified"] = _verdict(state)
+    out["wall"] = timer.wall(call, n_sets)
+    timer.l2.reset()
+    state.update(worst=torch.zeros((), dtype=torch.float64, device="cuda"),
+                 bad=torch.zeros((), dtype=torch.int64, device="cuda"), calls=0)
+    try:
+        stats, _ = timer.graph(call, n_sets, after=verify_all)
+        _sync()
+        out["graph"] = stats
+        out["graph_verified"] = _verdict(state)
+    except Exception as exc:  # noqa: BLE001 - capture failures are a finding
+        out["graph"] = {"error": f"graph capture or replay failed: {type(exc).__name__}: {str(exc)[:500]}"}
+    finally:
+        timer._keep = None
+    out["persisting_l2_limit_after"] = timer.l2.limit()
+    return out
+
+
+def _verdict(state: dict) -> dict:
+    _sync()
+    worst = float(state["worst"])
+    return {"calls_verified": state["calls"], "elements_outside_tolerance": int(state["bad"]),
+            "worst_error_over_tolerance": worst if math.isfinite(worst) else None,
+            "passed": state["calls"] > 0 and int(state["bad"]) == 0 and math.isfinite(worst)}
+
+
+def main(workdir: str) -> int:
+    with open(os.path.join(workdir, "replay_plan.json"), encoding="utf-8") as handle:
+        plan = json.load(handle)
+    result: dict = {"started_unix": time.time()}
+    if not torch.cuda.is_available():
+        result["error"] = "no CUDA device visible to the replay process"
+        _write(workdir, result)
+        return 0
+    torch.cuda.init()
+    torch.zeros(1, device="cuda")  # makes PyTorch's primary context current on this thread
+    result["gpu"] = gpu_info()
+    result["versions"] = versions()
+    try:
+        driver = CudaDriver()
+        kernels = Kernels(driver, [protocol.KernelRecord.model_validate(k) for k in plan["kernels"]],
+                          os.path.join(workdir, "kernels"))
+    except Exception as exc:  # noqa: BLE001
+        result["error"] = f"cannot set up the CUDA driver: {type(exc).__name__}: {exc}"
+        _write(workdir, result)
+        return 0
+    alive = replay_checks(plan, kernels, workdir, result)
+    _write(workdir, result)
+    if plan.get("benchmark"):
+        if alive:
+            time_rows(plan, kernels, workdir, result)
+        else:
+            result["benchmark_error"] = "not timed: a replayed check call poisoned the GPU context"
+    result["finished_unix"] = time.time()
+    _write(workdir, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

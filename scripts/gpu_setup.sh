@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Source this on a lent GPU machine (no network) before running the grader there:
+#
+#   source scripts/gpu_setup.sh
+#
+# It installs the carried wheels (.whl/*.whl: the Python packages the GPU image lacks, e.g.
+# pydantic, for Python 3.12) into that machine's Python, because the sandboxed children run
+# `python -I` and see only the interpreter's own site-packages; and it puts bubblewrap from the
+# carried Debian package (.whl/deb/bubblewrap_*.deb) on PATH through a wrapper that finds its
+# libraries, unpacked into a folder of this run, never into /. Then GRADER_SANDBOX=bwrap, as in
+# production, when bubblewrap passes a probe (else unsafe-none, said loudly).
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PYTHON="${PYTHON:-python3}"
+if ls "$REPO"/.whl/*.whl >/dev/null 2>&1; then
+    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir "$REPO"/.whl/*.whl
+fi
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+if ! command -v bwrap >/dev/null 2>&1 && ls "$REPO"/.whl/deb/bubblewrap_*.deb >/dev/null 2>&1; then
+    BW="$(mktemp -d /tmp/bwrap.XXXXXX)"
+    for deb in "$REPO"/.whl/deb/*.deb; do dpkg -x "$deb" "$BW/root"; done
+    cat >"$BW/bwrap" <<WRAP
+#!/bin/sh
+LD_LIBRARY_PATH="$BW/root/usr/lib/x86_64-linux-gnu:$BW/root/lib/x86_64-linux-gnu\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" exec "$BW/root/usr/bin/bwrap" "\$@"
+WRAP
+    chmod +x "$BW/bwrap"
+    export PATH="$BW:$PATH"
+fi
+if bwrap --unshare-all --ro-bind / / --dev /dev --proc /proc true 2>/tmp/bwrap_probe.txt; then
+    export GRADER_SANDBOX=bwrap
+    echo "gpu_setup: sandbox bubblewrap $(bwrap --version 2>&1)"
+else
+    export GRADER_SANDBOX=unsafe-none
+    echo "gpu_setup: bubblewrap failed its probe ($(cat /tmp/bwrap_probe.txt)); GRADER_SANDBOX=unsafe-none" >&2
+fi
