@@ -101,7 +101,10 @@ class Sequence:
                 raw = buffers[record.name]
                 self.fills.append((raw[: raw.numel() - raw.numel() % element].view(dtype), record.fill))
         self.launches = []
-        self.keep = []  # scratch and packed parameters stay alive as long as the sequence
+        # The buffers (their addresses are packed below), Triton's scratch and the packed
+        # parameters stay alive as long as the sequence: a freed buffer's memory would be
+        # handed to the next allocation while the kernels still write to it.
+        self.keep: list = [buffers]
         for launch in recording.launches:
             kernel_record = kernels.records[launch.kernel]
             kernel = kernels.get(launch.kernel)
