@@ -1,8 +1,7 @@
 """CPU tests of the benchmark's parent-side logic and the timing harness's pure parts.
 
-The GPU path itself (event and graph timing, the children, the cheat kernels in
-tests/grader/test_benchmark_kernels/) runs on the lent GPU machine through
-scripts/gpu_bench.py; see docs/benchmarks.md.
+The GPU path itself (recording, the trusted replay timer, event and graph timing, the exploit
+files) runs on the lent GPU machine through scripts/gpu_bench.py; see docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from grader.benchmark.cli import main_benchmark, print_benchmark
 from grader.benchmark.options import benchmark_rows
 from grader.benchmark.verify import load_bench_module, verify_rows
 from grader.contract import BenchmarkExitCode
-from grader.harness import bench_child
+from grader.harness import bench_child, timing
 
 ASSIGNMENT = get_assignment("softmax_backward")
 SPEC = ASSIGNMENT.benchmark
@@ -84,7 +83,7 @@ def test_event_wall_cross_check():
 
 # ---- harness helpers ------------------------------------------------------------------------
 def test_summary_statistics():
-    stats = bench_child.summarize([5.0, 1.0, 3.0, 2.0, 4.0], "sem")
+    stats = timing.summarize([5.0, 1.0, 3.0, 2.0, 4.0], "sem")
     assert stats["median_s"] == 3.0 and stats["q25_s"] == 2.0 and stats["q75_s"] == 4.0
     assert stats["mean_s"] == 3.0 and stats["min_s"] == 1.0 and stats["n"] == 5
     assert stats["sem_s"] == pytest.approx(math.sqrt(2.5 / 5))
@@ -93,18 +92,18 @@ def test_summary_statistics():
 def test_sampling_stops_on_sem_budget_or_count():
     opts = {"max_samples": 100, "budget_s": 10.0, "min_samples": 5, "target_rel_sem": 0.01}
     now = time.perf_counter()
-    assert bench_child._stop_reason([1.0] * 4, now, opts) is None  # under min_samples
-    assert bench_child._stop_reason([1.0] * 5, now, opts) == "sem"
+    assert timing._stop_reason([1.0] * 4, now, opts) is None  # under min_samples
+    assert timing._stop_reason([1.0] * 5, now, opts) == "sem"
     noisy = [1.0, 2.0] * 10
-    assert bench_child._stop_reason(noisy, now, opts) is None
-    assert bench_child._stop_reason(noisy, now - 11.0, opts) == "budget"
-    assert bench_child._stop_reason(noisy * 5, now, opts) == "max_samples"
+    assert timing._stop_reason(noisy, now, opts) is None
+    assert timing._stop_reason(noisy, now - 11.0, opts) == "budget"
+    assert timing._stop_reason(noisy * 5, now, opts) == "max_samples"
 
 
 def test_sample_rows_are_spread_and_include_the_last():
-    rows = bench_child.sample_row_indices(256, 8)
+    rows = timing.sample_row_indices(256, 8)
     assert rows == sorted(set(rows)) and rows[-1] == 255 and len(rows) <= 9 and rows[0] < 32
-    assert bench_child.sample_row_indices(3, 8) == [0, 1, 2]
+    assert timing.sample_row_indices(3, 8) == [0, 1, 2]
 
 
 def test_inputs_are_reproducible_from_the_seed():
@@ -113,16 +112,7 @@ def test_inputs_are_reproducible_from_the_seed():
     y3, _ = INPUTS.make_inputs((4, 33), torch.bfloat16, 124, device="cpu")
     assert torch.equal(y1, y2) and torch.equal(g1, g2) and not torch.equal(y1, y3)
     assert y1.dtype == torch.bfloat16 and y1.shape == (4, 33) and bool((y1 >= 0).all())
-    assert bench_child.stage_seed(7, 1, 2) != bench_child.stage_seed(7, 2, 1)
-
-
-def test_tamper_detection_sees_replaced_timers(monkeypatch):
-    assert bench_child.tampered() == []
-    monkeypatch.setattr(torch.cuda.Event, "elapsed_time", lambda self, other: 0.0)
-    monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
-    assert set(bench_child.tampered()) >= {"torch.cuda.Event.elapsed_time", "time.perf_counter"}
-    # the harness's own references are the originals
-    assert bench_child._perf is not time.perf_counter
+    assert timing.stage_seed(7, 1, 2) != timing.stage_seed(7, 2, 1)
 
 
 def test_child_without_cuda_reports_instead_of_timing(tmp_path):
@@ -137,7 +127,7 @@ def test_child_without_cuda_reports_instead_of_timing(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     (work / "bench_plan.json").write_text(json.dumps(
-        {"mode": "student", "rows": [], "options": bench.BenchmarkOptions().child_options(),
+        {"rows": [], "options": bench.BenchmarkOptions().child_options(),
          "function": "softmax_backward", "module_file": "softmax_backward.py"}))
     done = subprocess.run([sys.executable, "-I", str(harness / "bench_child.py"), str(work)], timeout=120,
                           capture_output=True, text=True)
@@ -150,11 +140,11 @@ def test_child_without_cuda_reports_instead_of_timing(tmp_path):
 def _fake_outputs(row, stage_for_method, sets, corrupt=None):
     """Outputs as the child would keep them, computed from the given stage's inputs."""
     shape, dtype = tuple(row["shape"]), getattr(torch, row["dtype"])
-    kept = bench_child.sample_row_indices(shape[0], 4)
+    kept = timing.sample_row_indices(shape[0], 4)
     tensors, saved = {}, {}
     for method, stage in stage_for_method.items():
         for k in range(sets):
-            y, g = INPUTS.make_inputs(shape, dtype, bench_child.stage_seed(row["seed"], stage, k), device="cpu")
+            y, g = INPUTS.make_inputs(shape, dtype, timing.stage_seed(row["seed"], stage, k), device="cpu")
             dx, _ = vjp_fp64(y, g)
             out = dx.to(dtype)
             if corrupt == method and k == 1:
@@ -180,7 +170,7 @@ def _verify(tmp_path, stage_for_method, corrupt=None):
 def test_verification_accepts_outputs_of_the_timed_values(tmp_path):
     verified = _verify(tmp_path, {"event": 1, "graph": 2})
     assert verified["event"]["passed"] and verified["graph"]["passed"]
-    kept = len(bench_child.sample_row_indices(8, 4))
+    kept = len(timing.sample_row_indices(8, 4))
     assert verified["event"]["elements_checked"] == 2 * kept * 40 + 8 * 40
 
 
@@ -235,13 +225,23 @@ def _stats(median):
             "sem_s": median * 1e-3, "min_s": median * 0.98, "max_s": median * 1.1, "n": 50, "stop": "sem"}
 
 
-def _impl(event, graph, *, passed=True, wall_bound=None):
+def _samples(median):
+    return {"samples_s": [median * 0.99, median, median, median * 1.01, median], "stop": "sem"}
+
+
+def _peer(event, graph, *, passed=True):
     verified = {"passed": passed, "elements_checked": 10, "worst_error_over_tolerance": 0.1,
                 "problems": [] if passed else ["set 0: stale"]}
-    return {"event": _stats(event), "graph": _stats(graph), "verified": {"event": verified, "graph": verified},
+    return {"event": _samples(event), "graph": _samples(graph), "verified": {"event": verified, "graph": verified}}
+
+
+def _student(event, graph, *, passed=True, wall_bound=None):
+    verified = {"calls_verified": 40, "elements_outside_tolerance": 0 if passed else 7,
+                "worst_error_over_tolerance": 0.3 if passed else 2.5, "passed": passed}
+    return {"event": _samples(event), "graph": _samples(graph), "event_verified": verified, "graph_verified": verified,
             "wall": {"cpu_call_median_s": 1e-5, "wall_median_s": 3e-5, "sync_floor_s": 1e-6,
                      "gpu_lower_bound_median_s": wall_bound if wall_bound is not None else graph, "reps": 12},
-            "persisting_l2_limit_after": 0, "persisting_l2_limit_after_graph": 0}
+            "launches": 1, "persisting_l2_limit_after": 0}
 
 
 def _docs(student_graph=(100e-6, 100e-6), **student_kwargs):
@@ -250,21 +250,23 @@ def _docs(student_graph=(100e-6, 100e-6), **student_kwargs):
     peers = {"copy_bandwidth": {"bytes_per_s": 4.0e12}, "gpu": {"name": "NVIDIA H200"},
              "versions": {"torch": "x", "triton": "y"}, "flush_bytes": 256 << 20,
              "rows": [{"id": r["id"], "impls": {
-                 "torch_fp32_expression": _impl(300e-6, 200e-6 * (i + 1)),
-                 "aten_softmax_backward_data": _impl(120e-6, 110e-6),
-                 "reference": _impl(90e-6, 80e-6),
-                 "torch_compile_fp32_expression": _impl(150e-6, 100e-6)},
-                       "streaming_probe": {"what": "torch.add(y, g)", "graph": _stats(80e-6)}}
+                 "torch_fp32_expression": _peer(300e-6, 200e-6 * (i + 1)),
+                 "aten_softmax_backward_data": _peer(120e-6, 110e-6),
+                 "reference": _peer(90e-6, 80e-6),
+                 "torch_compile_fp32_expression": _peer(150e-6, 100e-6)},
+                       "streaming_probe": {"what": "torch.add(y, g)", "graph": _samples(80e-6)}}
                       for i, r in enumerate(rows)]}
-    student = {"rows": [{"id": r["id"], "impls": {"student": _impl(student_graph[i] * 1.2, student_graph[i], **student_kwargs)},
-                         "tampered": []} for i, r in enumerate(rows)], "tampered_after_import": []}
+    student = {r["id"]: _student(student_graph[i] * 1.2, student_graph[i], **student_kwargs) for i, r in enumerate(rows)}
     return rows, options, peers, student
+
+
+def _assemble(rows, options, peers, student, **extra):
+    return score.assemble(spec=SPEC, student_rows=student, peers_doc=peers, rows=rows, options=options, **extra)
 
 
 def test_assembled_result_matches_schema_and_headline():
     rows, options, peers, student = _docs()
-    result = score.assemble(spec=SPEC, student_doc=student, student_info={"duration_s": 100.0}, peers_doc=peers, rows=rows,
-                            options=options, sandbox="bubblewrap")
+    result = _assemble(rows, options, peers, student, sandbox="bubblewrap")
     jsonschema.validate(json.loads(json.dumps(result)), RESULT_SCHEMA)
     # baseline graph 200 us and 400 us over student 100 us: speedups 2 and 4, geomean sqrt(8)
     assert result["headline"]["value"] == pytest.approx(math.sqrt(8))
@@ -288,22 +290,37 @@ def test_streaming_probe_is_reported_but_never_ranks():
     rows, options, peers, student = _docs()
     peers["rows"][0]["streaming_probe"] = {"error": "RuntimeError: capture failed"}
     del peers["rows"][1]["streaming_probe"]
-    result = score.assemble(spec=SPEC, student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
+    result = _assemble(rows, options, peers, student)
     assert result["headline"]["value"] == pytest.approx(math.sqrt(8))  # unchanged: not part of the score
     assert result["rows"][0]["streaming_probe"] == {"error": "RuntimeError: capture failed"}
     assert result["rows"][1]["streaming_probe"] == {"error": "not measured"}
 
 
-def test_stale_outputs_earn_no_score():
+def test_wrong_timed_outputs_earn_no_score():
     rows, options, peers, student = _docs(passed=False)
-    result = score.assemble(spec=SPEC, student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
+    result = _assemble(rows, options, peers, student)
     assert result["headline"]["value"] is None
-    assert "wrong or stale output" in result["headline"]["reason"]
+    assert "wrong output in event-timed calls: 7 elements outside tolerance in 40 verified calls" in result["headline"]["reason"]
+
+
+def test_unreplayable_row_earns_no_score_and_says_why():
+    rows, options, peers, student = _docs()
+    student[rows[1]["id"]] = {"error": "the call's launches cannot be replayed: a tensor-descriptor argument"}
+    result = _assemble(rows, options, peers, student)
+    assert result["headline"]["value"] is None and "tensor-descriptor" in result["headline"]["reason"]
+
+
+def test_statistics_are_computed_here_from_the_raw_samples():
+    rows, options, peers, student = _docs()
+    student[rows[0]["id"]]["graph"] = {"samples_s": [1e-4, 3e-4, 2e-4], "stop": "budget", "median_s": 1.0}
+    result = _assemble(rows, options, peers, student)
+    graph = result["rows"][0]["impls"]["student"]["graph"]
+    assert graph["median_s"] == pytest.approx(2e-4) and "samples_s" not in graph
 
 
 def test_time_under_the_floor_is_not_ranked():
     rows, options, peers, student = _docs(student_graph=(1e-6, 100e-6))
-    result = score.assemble(spec=SPEC, student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
+    result = _assemble(rows, options, peers, student)
     assert result["headline"]["value"] is None
     assert not result["rows"][0]["ranked"] and result["rows"][1]["ranked"]
     assert any("implausible graph time" in f for f in result["rows"][0]["flags"])
@@ -311,35 +328,21 @@ def test_time_under_the_floor_is_not_ranked():
 
 def test_side_stream_work_is_flagged_by_the_wall_clock():
     rows, options, peers, student = _docs(wall_bound=400e-6)  # events 120 us, wall saw 400 us of GPU work
-    result = score.assemble(spec=SPEC, student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
+    result = _assemble(rows, options, peers, student)
     assert result["headline"]["value"] is None
     assert any("undercuts the device-synchronised wall clock" in f for f in result["rows"][0]["flags"])
 
 
-def test_replaced_timers_or_persisting_l2_earn_no_score():
+def test_a_failed_replay_timer_earns_no_score():
     rows, options, peers, student = _docs()
-    student["tampered_after_import"] = ["torch.cuda.Event.elapsed_time"]
-    result = score.assemble(spec=SPEC, student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
-    assert result["headline"]["value"] is None and "elapsed_time" in result["headline"]["reason"]
-    rows, options, peers, student = _docs()
-    student["rows"][1]["impls"]["student"]["persisting_l2_limit_after"] = 1 << 20
-    result = score.assemble(spec=SPEC, student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
-    assert result["headline"]["value"] is None and "persisting-L2" in result["headline"]["reason"]
-
-
-def test_claimed_gpu_time_must_fit_in_the_child_wall_time():
-    rows, options, peers, student = _docs()
-    for entry in student["rows"]:
-        entry["impls"]["student"]["event"]["n"] = 10**6  # 10^6 samples of 120 us: 120 s claimed
-    result = score.assemble(spec=SPEC, student_doc=student, student_info={"duration_s": 30.0}, peers_doc=peers, rows=rows,
-                            options=options)
-    assert result["headline"]["value"] is None and "claims" in result["headline"]["reason"]
+    result = _assemble(rows, options, peers, student, global_flags=["the replay timer failed: killed by SIGKILL"])
+    assert result["headline"]["value"] is None and "SIGKILL" in result["headline"]["reason"]
 
 
 def test_missing_copy_bandwidth_means_no_floor_and_no_score():
     rows, options, peers, student = _docs()
     peers["copy_bandwidth"] = None
-    result = score.assemble(spec=SPEC, student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
+    result = _assemble(rows, options, peers, student)
     assert result["headline"]["value"] is None
 
 
@@ -355,14 +358,14 @@ def test_benchmark_command_refuses_without_a_gpu(tmp_path, capsys):
     assert "needs a CUDA GPU" in err and " us" not in err
     assert not (tmp_path / "r.json").exists()
     with pytest.raises(bench.NoGPU):
-        bench.run_benchmark(tmp_path, assignment="softmax_backward")
+        bench.benchmark_file(source, output=None, assignment="softmax_backward")
 
 
 def test_print_benchmark_renders_a_table():
     from rich.console import Console
 
     rows, options, peers, student = _docs()
-    result = score.assemble(spec=SPEC, student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
+    result = _assemble(rows, options, peers, student)
     console = Console(record=True, width=200)
     print_benchmark(result, console, assignment="softmax_backward")
     text = console.export_text()
@@ -370,14 +373,9 @@ def test_print_benchmark_renders_a_table():
     assert "(probe 4%)" in text  # 3 x 1024 x 1024 x 4 bytes at 4 TB/s is 3.1 us, 4% of the add's 80 us
 
 
-def test_cheat_kernels_exist_for_each_known_trick():
-    names = {p.name for p in (Path(__file__).parent / "test_benchmark_kernels").glob("*.py")}
-    assert {"memoise_outputs.py", "side_stream.py", "patch_timers.py", "persisting_l2.py"} <= names
-
-
 def test_result_is_strict_json():
     rows, options, peers, student = _docs()
-    student["rows"][0]["impls"]["student"]["event"]["sem_s"] = float("nan")
-    result = score.assemble(spec=SPEC, student_doc=student, student_info=None, peers_doc=peers, rows=rows, options=options)
+    student[rows[0]["id"]]["event"]["samples_s"][0] = float("nan")
+    result = _assemble(rows, options, peers, student)
     json.dumps(result, allow_nan=False)
     assert score.finite_json({"a": [float("inf"), 1.0], "b": float("nan")}) == {"a": [None, 1.0], "b": None}
