@@ -159,6 +159,19 @@ def run_replay(recording: Recording, *, folder: Path, assignment: Assignment, se
         shutil.rmtree(harness_root, ignore_errors=True)
 
 
+def calls_to_replay(plan: Plan, evidence_calls: dict[str, CallEvidence]) -> list[str]:
+    """The check calls the trusted replay process must replay on a GPU: every planned call that
+    records its launches and returned normally, whatever replay status the child reported for
+    it. Replay outputs the child saved are dropped from the evidence first: on a GPU only the
+    trusted process's outputs count (a child that reported "replayed", the CPU interpreter's
+    status, with outputs of its own making would otherwise pass ``triton_kernel``)."""
+    for evidence in evidence_calls.values():
+        evidence.replay_out = None
+    return [call_id for call_id, call in plan.calls().items()
+            if call.record_launches and (evidence := evidence_calls.get(call_id)) is not None
+            and evidence.report is not None and evidence.report.status == "ok"]
+
+
 def inject(evidence_calls: dict[str, CallEvidence], replay: ReplayOutcome, recorded: list[str]) -> None:
     """Put the replayed outputs (or why there is none) into the evidence of each recorded call."""
     for call_id in recorded:

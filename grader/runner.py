@@ -194,10 +194,9 @@ def _replay_on_gpu(assignment: Assignment, plan: Plan, workdir: Path, evidence_c
     """Validate the child's recording and replay it in the trusted process: every recorded check
     call once (its output goes into the evidence), and the benchmark rows when ``time_rows``."""
     from grader.benchmark import replay_phase
-    from grader.replay import RecordingRejected, inject, load_recording, replay_inputs, run_replay
+    from grader.replay import RecordingRejected, calls_to_replay, inject, load_recording, replay_inputs, run_replay
 
-    recorded = [call_id for call_id, e in evidence_calls.items()
-                if e.report is not None and e.report.replay is not None and e.report.replay.status == "recorded"]
+    recorded = calls_to_replay(plan, evidence_calls)
     if not recorded and not rows:
         return
     try:
@@ -209,13 +208,16 @@ def _replay_on_gpu(assignment: Assignment, plan: Plan, workdir: Path, evidence_c
         return
     by_id = {call.call_id: call for call in recording.calls}
     check_calls = [by_id[call_id] for call_id in recorded if call_id in by_id]
+    for call_id in recorded:
+        if call_id not in by_id:
+            evidence_calls[call_id].replay_error = "the recording holds no launches of this call"
     benchmark_part, run.unreplayable = (replay_phase(assignment, rows, recording, benchmark_options)
                                         if rows and time_rows else (None, {}))
     timeout = max(settings.child_timeout_s, benchmark_options.student_timeout_s) if benchmark_part else None
     replay = run_replay(recording, folder=workdir / "recording", assignment=assignment, settings=settings,
                         check_calls=check_calls, check_inputs=replay_inputs(plan, {c.call_id: c for c in check_calls}),
                         benchmark=benchmark_part, timeout_s=timeout)
-    inject(evidence_calls, replay, recorded)
+    inject(evidence_calls, replay, [call.call_id for call in check_calls])
     run.replay = replay if benchmark_part else None
 
 
