@@ -142,6 +142,9 @@ def student_flags(result: dict | None, floor_min: float) -> list[str]:
                       f"{verified.get('elements_outside_tolerance')} elements outside tolerance in "
                       f"{verified.get('calls_verified')} verified calls (worst "
                       f"{verified.get('worst_error_over_tolerance')} x tolerance)")
+            if isinstance(verified, dict) and verified.get("input_elements_changed"):
+                detail += (f"; the timed calls changed {verified['input_elements_changed']} elements of their "
+                           "inputs in the verified rows")
             flags.append(f"wrong output in {method}-timed calls: {detail}")
         if is_implausible(median_of(stats), floor_min):
             flags.append(f"implausible {method} time: {median_of(stats) * 1e6:.2f} us is under "

@@ -16,11 +16,15 @@ Two phases, from ``replay_plan.json`` (written by the parent from a validated re
    to ``replay_outputs.safetensors`` (key: call id); the parent compares them with the oracle.
 2. ``benchmark`` (only when the parent asks): each row's recorded call is timed (timing.py's
    event and graph methods, L2 flush before every call) on K buffer sets made by bench.py's
-   ``make_inputs``. After every timed call (untimed) the output is verified on rows drawn at
-   random after the call, against the fp64 oracle (``assignment_oracle.benchmark_oracle``) and
-   the dtype's tolerance, and the inputs of that set get new values (bench.py's
-   ``refill_inputs``): no two timed calls see the same inputs. The raw samples go to the
-   parent, which computes the statistics.
+   ``make_inputs``. Every set holds values drawn by bench.py's ``refill_inputs`` from a seed
+   this process keeps to itself. After every timed call (untimed) the output is verified on
+   rows drawn at random after the call, against the fp64 oracle
+   (``assignment_oracle.benchmark_oracle``) of the inputs regenerated from that seed into new
+   buffers, which the kernel never had the address of: a kernel that rewrites its inputs so
+   that its output looks right for them (zeros in, zeros out) is caught, and the verified rows
+   of the inputs themselves must be unchanged. Then the set gets new values from a new seed:
+   no two timed calls see the same inputs. The raw samples go to the parent, which computes the
+   statistics.
 
 Results: ``replay_result.json``. A CUDA error poisons the process: what follows is skipped and
 reported as such.
@@ -33,6 +37,7 @@ import importlib.util
 import json
 import math
 import os
+import secrets
 import sys
 import time
 import traceback
@@ -212,6 +217,51 @@ def time_rows(plan: dict, kernels: Kernels, workdir: str, result: dict) -> None:
         _write(workdir, result)
 
 
+def _bits(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor's elements as integers of the same width (NaN payloads compare too)."""
+    if not tensor.dtype.is_floating_point:
+        return tensor
+    return tensor.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()])
+
+
+def check_timed_output(out: torch.Tensor, inputs: list, pristine: list, rows: torch.Tensor, oracle,
+                       tolerance: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Verify ``rows`` of one timed call's output (0-d tensors on the device, no synchronisation).
+
+    Args:
+        out: the call's output.
+        inputs: the input buffers the call was given, as they are after it.
+        pristine: the same inputs as they were before the call, regenerated after it into new
+            buffers (the kernel never had their addresses).
+        rows: output rows to check (row indices, drawn after the call).
+        oracle: the assignment's oracle module (``benchmark_oracle(inputs, rows)``).
+        tolerance: {"rtol", "atol", "vtol"} of the output dtype.
+
+    Returns:
+        (worst error over tolerance, elements outside tolerance, elements of ``rows`` of the
+        inputs that differ from ``pristine``): the oracle is that of ``pristine``, so a kernel
+        that bends its inputs towards its output is measured against what it was given.
+    """
+    expected, scale = oracle.benchmark_oracle(tuple(pristine), rows)
+    got = out.index_select(0, rows).double()
+    allowed = tolerance["atol"] + tolerance["rtol"] * scale + tolerance["vtol"] * expected.abs()
+    ratio = ((got - expected).abs() / allowed).nan_to_num(nan=math.inf)
+    changed = torch.zeros((), dtype=torch.int64, device=out.device)
+    for given, before in zip(inputs, pristine):
+        if isinstance(given, torch.Tensor) and given.dim() > 0:
+            changed += _bits(given.index_select(0, rows)).ne(_bits(before.index_select(0, rows))).sum()
+    return ratio.max(), (ratio > 1).sum(), changed
+
+
+def regenerate(bench, like: list, seed: int, generator: torch.Generator) -> list:
+    """New buffers shaped like ``like`` holding what bench.py's ``refill_inputs`` draws from
+    ``seed`` (``refill_inputs`` draws every value from the generator it is given, so the same
+    seed gives the same bits on the same device)."""
+    fresh = [torch.empty_like(t) for t in like]
+    bench.refill_inputs(fresh, generator.manual_seed(seed))
+    return fresh
+
+
 def _time_row(row: dict, spec: dict, opts: dict, bench, oracle, kernels: Kernels, timer: Timer, generator) -> dict:
     recording = protocol.CallRecording.model_validate(row["recording"])
     shape, dtype = tuple(row["shape"]), DTYPES[row["dtype"]]
@@ -229,23 +279,27 @@ def _time_row(row: dict, spec: dict, opts: dict, bench, oracle, kernels: Kernels
     if outputs[0] is None:
         raise RuntimeError("the recorded call returned no tensor")
     rows_total = outputs[0].shape[0]
-    state = {"worst": torch.zeros((), dtype=torch.float64, device="cuda"),
-             "bad": torch.zeros((), dtype=torch.int64, device="cuda"), "calls": 0}
+    state = _fresh_state()
+    seeds = [0] * n_sets  # the seed of the values set k holds now (never leaves this process)
+    values = torch.Generator(device="cuda")
 
     def call(k: int):
         sequences[k]()
         return outputs[k]
 
+    def refresh(k: int) -> None:
+        seeds[k] = secrets.randbits(63)
+        bench.refill_inputs(sets[k], values.manual_seed(seeds[k]))
+
     def verify_and_refresh(k: int) -> None:
         rows = torch.randint(0, rows_total, (per_call_rows,), device="cuda", generator=generator)
-        expected, scale = oracle.benchmark_oracle(tuple(sets[k]), rows)
-        got = outputs[k].index_select(0, rows).double()
-        allowed = tolerance["atol"] + tolerance["rtol"] * scale + tolerance["vtol"] * expected.abs()
-        ratio = ((got - expected).abs() / allowed).nan_to_num(nan=math.inf)
-        torch.maximum(state["worst"], ratio.max(), out=state["worst"])
-        state["bad"] += (ratio > 1).sum()
+        pristine = regenerate(bench, sets[k], seeds[k], values)
+        worst, bad, changed = check_timed_output(outputs[k], sets[k], pristine, rows, oracle, tolerance)
+        torch.maximum(state["worst"], worst, out=state["worst"])
+        state["bad"] += bad
+        state["changed"] += changed
         state["calls"] += 1
-        bench.refill_inputs(sets[k], generator)
+        refresh(k)
 
     def verify_all() -> None:
         for k in range(n_sets):
@@ -255,6 +309,8 @@ def _time_row(row: dict, spec: dict, opts: dict, bench, oracle, kernels: Kernels
     for _ in range(3):  # warm-up (no compilation here: the binaries are loaded)
         for k in range(n_sets):
             call(k)
+    for k in range(n_sets):  # values whose seed is known, whatever the warm-up did to the inputs
+        refresh(k)
     _sync()
     timer.l2.reset()
     stats, _ = timer.events(call, n_sets, after=verify_and_refresh)
@@ -263,8 +319,7 @@ def _time_row(row: dict, spec: dict, opts: dict, bench, oracle, kernels: Kernels
     out["event_verified"] = _verdict(state)
     out["wall"] = timer.wall(call, n_sets)
     timer.l2.reset()
-    state.update(worst=torch.zeros((), dtype=torch.float64, device="cuda"),
-                 bad=torch.zeros((), dtype=torch.int64, device="cuda"), calls=0)
+    state.update(_fresh_state())
     try:
         stats, _ = timer.graph(call, n_sets, after=verify_all)
         _sync()
@@ -278,12 +333,20 @@ def _time_row(row: dict, spec: dict, opts: dict, bench, oracle, kernels: Kernels
     return out
 
 
+def _fresh_state() -> dict:
+    return {"worst": torch.zeros((), dtype=torch.float64, device="cuda"),
+            "bad": torch.zeros((), dtype=torch.int64, device="cuda"),
+            "changed": torch.zeros((), dtype=torch.int64, device="cuda"), "calls": 0}
+
+
 def _verdict(state: dict) -> dict:
     _sync()
     worst = float(state["worst"])
+    changed = int(state["changed"])
     return {"calls_verified": state["calls"], "elements_outside_tolerance": int(state["bad"]),
             "worst_error_over_tolerance": worst if math.isfinite(worst) else None,
-            "passed": state["calls"] > 0 and int(state["bad"]) == 0 and math.isfinite(worst)}
+            "input_elements_changed": changed,
+            "passed": state["calls"] > 0 and int(state["bad"]) == 0 and changed == 0 and math.isfinite(worst)}
 
 
 def main(workdir: str) -> int:
