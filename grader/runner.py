@@ -90,11 +90,16 @@ def _rejected_document(document: ResultDocument, exc: SourceRejected) -> ResultD
     })
 
 
-def _evaluate_checks(plan: Plan, evidence: CheckEvidence, finished_steps: set[int], run_error: GradingError | None
-                     ) -> list[CheckOutcome]:
-    """Every check's outcome; checks whose step never finished are listed as not run."""
+def _evaluate_checks(plan: Plan, evidence: CheckEvidence, finished_steps: set[int], run_error: GradingError | None,
+                     *, previous: list[CheckOutcome] | None = None) -> list[CheckOutcome]:
+    """Every check's outcome; checks whose step never finished are listed as not run. With
+    ``previous``, only the aggregate checks (no calls of their own: they read the whole run,
+    e.g. the replayed outputs) are evaluated again; the others keep their outcome."""
     outcomes: list[CheckOutcome] = []
     for index, check in enumerate(plan.checks):
+        if previous is not None and check.calls:
+            outcomes.append(previous[index])
+            continue
         if (check.calls and index not in finished_steps) or (not check.calls and run_error is not None):
             # Never ran (or, for aggregate checks such as triton_kernel, needs the whole run):
             # listed so that the table shows how far the run got; the error says why.
@@ -178,7 +183,7 @@ def _run_checks(assignment: Assignment, source: str, *, device: str, seed: int, 
         _replay_on_gpu(assignment, plan, workdir, evidence_calls, run, settings=settings, rows=rows,
                        time_rows=others_passed, benchmark_options=benchmark_options)
         timings["replay"] = time.monotonic() - replay_started
-        outcomes = _evaluate_checks(plan, evidence, finished_steps, error)
+        outcomes = _evaluate_checks(plan, evidence, finished_steps, error, previous=outcomes)
     run.fields = {
         "verdict": _verdict(outcomes, error, len(plan.checks)),
         "error": error,

@@ -386,7 +386,7 @@ class OutputLayout(_Model):
     size: list[int] = Field(max_length=8)
     stride: list[int] = Field(max_length=8)
     offset: int = Field(0, ge=0)
-    dtype: str
+    dtype: Literal["float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"]
 
 
 class CallRecording(_Model):
