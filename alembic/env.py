@@ -11,6 +11,8 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy.engine import Connection
 
+from sqlalchemy import text
+
 from submissions.db import create_db_engine
 from submissions.models import Base
 from submissions.settings import get_settings
@@ -58,11 +60,34 @@ def run_migrations_online() -> None:
     engine = create_db_engine(url)
     try:
         with engine.connect() as connection:
-            _configure(connection)
-            with context.begin_transaction():
-                context.run_migrations()
+            if connection.dialect.name == "sqlite":
+                _run_sqlite_migrations(connection)
+            else:
+                _configure(connection)
+                with context.begin_transaction():
+                    context.run_migrations()
     finally:
         engine.dispose()
+
+
+def _run_sqlite_migrations(connection: Connection) -> None:
+    """SQLite's procedure for schema changes: foreign keys off outside the transaction,
+    migrate (batch mode rebuilds a table by copy, DROP and rename; with foreign keys on, the
+    DROP would cascade-delete the rows that refer to it), check every reference, foreign keys
+    on again. A reference left broken aborts the migration (rolled back)."""
+    driver_connection = connection.connection.driver_connection
+    # The driver connection is in autocommit mode (submissions/db.py) and no transaction is
+    # open yet, so the pragma takes effect (inside a transaction it would be ignored).
+    driver_connection.execute("PRAGMA foreign_keys=OFF")
+    try:
+        _configure(connection)
+        with context.begin_transaction():
+            context.run_migrations()
+            broken = connection.execute(text("PRAGMA foreign_key_check")).all()
+            if broken:
+                raise RuntimeError(f"migration left broken foreign keys: {broken[:10]}")
+    finally:
+        driver_connection.execute("PRAGMA foreign_keys=ON")
 
 
 if context.is_offline_mode():

@@ -2,11 +2,21 @@
 tests check that these models and the migrations agree.
 
 Tables:
-- ``students``: a name (unique, compared through ``name_key``) and the sha256 of the
-  student's bearer token (never the token).
-- ``submissions``: one uploaded file, its grading state and its stored result. This table
-  is also the job queue (see submissions/repository.py for the claim/lease protocol).
+- ``students``: a name (unique, compared through ``name_key``), optional roster e-mail and
+  id (unique), and the sha256 of the student's bearer token (never the token).
+- ``staff_members``: instructors and TAs, each with a personal token (stored hashed).
+- ``assignments``: per-assignment settings set by staff (dates, late policy, limits, points);
+  one row per entry of grader/manifest.py, created the first time the service touches it.
+- ``submissions``: one uploaded file (source, hash, seed, late flag, disqualification).
+- ``gradings``: every run of the grader on a submission, and the job queue (see
+  submissions/repository/queue.py for the claim/lease protocol). A submission's *current*
+  grading (``is_current``; at most one) is the one that counts; regrades and final ranking
+  runs add gradings beside it, so the history is never overwritten.
 - ``check_verdicts``: one row per correctness check of a finished grading.
+- ``regrade_batches``: a staff-chosen set of submissions re-run together, previewed, then
+  applied (their new gradings become current) or discarded.
+- ``final_runs``: a final ranking run of an assignment on a fresh secret seed.
+- ``audit_events``: who did what, when: every staff action.
 - ``worker_heartbeats``: one row per worker process, for /healthz.
 """
 
@@ -30,6 +40,9 @@ from sqlalchemy import (
     String,
     Text,
     TypeDecorator,
+    and_,
+    false,
+    text,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -73,9 +86,10 @@ class UTCDateTime(TypeDecorator[dt.datetime]):
 
 
 class SubmissionStatus(enum.StrEnum):
-    """Lifecycle of a submission. ``queued -> running -> passed|failed|error``; a running job
-    whose lease expires, or whose grading broke for infrastructure reasons, goes back to
-    ``queued`` until ``max_attempts`` is reached."""
+    """Lifecycle of a grading (and so of a submission, whose status is its current
+    grading's). ``queued -> running -> passed|failed|error``; a running job whose lease
+    expires, or whose grading broke for infrastructure reasons, goes back to ``queued`` until
+    ``max_attempts`` is reached."""
 
     QUEUED = "queued"
     RUNNING = "running"
@@ -90,6 +104,45 @@ TERMINAL_STATUSES = (SubmissionStatus.PASSED, SubmissionStatus.FAILED, Submissio
 INFRASTRUCTURE_ERROR = "infrastructure"
 
 
+class GradingPurpose(enum.StrEnum):
+    """Why a grading ran.
+
+    - ``submission``: the grading of an upload; current from the start.
+    - ``regrade``: a staff re-run (same seed as the submission); current once its regrade
+      batch is applied.
+    - ``final``: the final ranking run on a secret seed; never current, it decides the rank.
+    """
+
+    SUBMISSION = "submission"
+    REGRADE = "regrade"
+    FINAL = "final"
+
+
+class StaffRole(enum.StrEnum):
+    """``instructor``: everything. ``ta``: read everything, regrade, disqualify and restore;
+    no settings, no tokens."""
+
+    INSTRUCTOR = "instructor"
+    TA = "ta"
+
+
+class LatePolicy(enum.StrEnum):
+    """What an upload after the due date gets: refused, or accepted and marked late (a late
+    submission is never ranked and earns no points in the LMS score)."""
+
+    REFUSE = "refuse"
+    MARK_LATE = "mark_late"
+
+
+class RegradeState(enum.StrEnum):
+    """``open`` (gradings queued or finished, nothing changed yet) -> ``applied`` (the new
+    gradings became current) or ``discarded`` (they stay in the history only)."""
+
+    OPEN = "open"
+    APPLIED = "applied"
+    DISCARDED = "discarded"
+
+
 class Base(DeclarativeBase):
     """Declarative base with the project's constraint naming convention."""
 
@@ -100,7 +153,11 @@ class Student(Base):
     """A student who may upload submissions, identified by a bearer token."""
 
     __tablename__ = "students"
-    __table_args__ = (Index("uq_students_name_key", "name_key", unique=True),)
+    __table_args__ = (
+        Index("uq_students_name_key", "name_key", unique=True),
+        Index("uq_students_email", "email", unique=True),
+        Index("uq_students_external_id", "external_id", unique=True),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
@@ -109,22 +166,81 @@ class Student(Base):
     # may lengthen a string (at most 3x: "ß" -> "ss"), hence the wider column. Computed in
     # Python, not SQL, so SQLite and PostgreSQL compare alike (their lower() functions differ).
     name_key: Mapped[str] = mapped_column(String(600))
+    # From the roster (both optional, unique when present): the e-mail, stored lower-case,
+    # and the institution's student id; the LMS export carries them.
+    email: Mapped[str | None] = mapped_column(String(320))
+    external_id: Mapped[str | None] = mapped_column(String(100))
     token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utc_now)
+    token_rotated_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
 
     submissions: Mapped[list[Submission]] = relationship(back_populates="student")
 
 
+class StaffMember(Base):
+    """An instructor or a TA with a personal bearer token. (The bootstrap instructor of
+    ``GRADER_INSTRUCTOR_TOKEN`` has no row.)"""
+
+    __tablename__ = "staff_members"
+    __table_args__ = (
+        CheckConstraint("role IN ('instructor', 'ta')", name="role"),
+        Index("uq_staff_members_name_key", "name_key", unique=True),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    name_key: Mapped[str] = mapped_column(String(600))  # as students.name_key
+    role: Mapped[str] = mapped_column(String(16))
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utc_now)
+    token_rotated_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+
+
+def _no_thresholds() -> list[dict[str, float]]:
+    return []
+
+
+class Assignment(Base):
+    """Settings of one assignment of the manifest, set by an instructor. Every column has a
+    default, so a row created on first use behaves like an assignment without deadlines,
+    limits (beyond the service's rate limit) or speed points."""
+
+    __tablename__ = "assignments"
+    __table_args__ = (
+        CheckConstraint("late_policy IN ('refuse', 'mark_late')", name="late_policy"),
+        CheckConstraint("max_submissions IS NULL OR max_submissions > 0", name="max_submissions"),
+        CheckConstraint("rate_limit_submissions IS NULL OR rate_limit_submissions > 0",
+                        name="rate_limit_submissions"),
+        CheckConstraint("rate_limit_window_s IS NULL OR rate_limit_window_s > 0",
+                        name="rate_limit_window_s"),
+        CheckConstraint("correctness_points >= 0", name="correctness_points"),
+    )
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    opens_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+    due_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+    late_policy: Mapped[str] = mapped_column(String(16), default=LatePolicy.MARK_LATE)
+    max_submissions: Mapped[int | None] = mapped_column(Integer)
+    # None: the service-wide GRADER_RATE_LIMIT_SUBMISSIONS / GRADER_RATE_LIMIT_WINDOW_S.
+    rate_limit_submissions: Mapped[int | None] = mapped_column(Integer)
+    rate_limit_window_s: Mapped[float | None] = mapped_column(Float)
+    leaderboard_visible: Mapped[bool] = mapped_column(Boolean, default=True)
+    correctness_points: Mapped[float] = mapped_column(Float, default=100.0)
+    # [{"min_speedup": 1.0, "points": 10.0}, ...]: ascending thresholds (submissions/scoring.py).
+    speed_points: Mapped[list[dict[str, float]]] = mapped_column(JSON, default=_no_thresholds)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utc_now)
+    updated_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+    updated_by: Mapped[str | None] = mapped_column(String(200))
+
+
 class Submission(Base):
-    """One uploaded file and its grading; also a job in the queue."""
+    """One uploaded file. Its gradings (the queue jobs and their results) are in
+    ``gradings``; ``current_grading`` is the one that counts."""
 
     __tablename__ = "submissions"
     __table_args__ = (
-        CheckConstraint(
-            "status IN ('queued', 'running', 'passed', 'failed', 'error')", name="status"
-        ),
-        Index("ix_submissions_status_created_at", "status", "created_at", "id"),
         Index("ix_submissions_student_id_created_at", "student_id", "created_at"),
+        Index("ix_submissions_assignment_student_id", "assignment", "student_id"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -135,6 +251,68 @@ class Submission(Base):
     source_text: Mapped[str] = mapped_column(Text)
     source_sha256: Mapped[str] = mapped_column(String(64))
     source_bytes: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utc_now)
+    # The grading seed of this submission (its upload's grading and every regrade use it);
+    # derived from the deployment secret, never shown to the student.
+    seed: Mapped[int | None] = mapped_column(BigInteger)
+    # Uploaded after the due date under the `mark_late` policy: never ranked.
+    is_late: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # Disqualified by staff (hidden from rankings and scores; the student sees the reason).
+    disqualified_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+    disqualified_by: Mapped[str | None] = mapped_column(String(200))
+    disqualified_reason: Mapped[str | None] = mapped_column(Text)
+
+    student: Mapped[Student] = relationship(back_populates="submissions")
+    gradings: Mapped[list[Grading]] = relationship(
+        back_populates="submission",
+        order_by="Grading.id",
+        cascade="all, delete-orphan",
+        passive_deletes=True,
+    )
+    current_grading: Mapped[Grading | None] = relationship(
+        primaryjoin=lambda: and_(Grading.submission_id == Submission.id, Grading.is_current),
+        viewonly=True,
+        uselist=False,
+    )
+
+
+class Grading(Base):
+    """One run of the grader on a submission: a job in the queue, then its stored result."""
+
+    __tablename__ = "gradings"
+    __table_args__ = (
+        CheckConstraint(
+            "status IN ('queued', 'running', 'passed', 'failed', 'error')", name="status"
+        ),
+        CheckConstraint("purpose IN ('submission', 'regrade', 'final')", name="purpose"),
+        Index("ix_gradings_status_priority_created_at", "status", "priority", "created_at", "id"),
+        # At most one current grading per submission.
+        Index("uq_gradings_current_submission_id", "submission_id", unique=True,
+              sqlite_where=text("is_current"), postgresql_where=text("is_current")),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    submission_id: Mapped[int] = mapped_column(
+        ForeignKey("submissions.id", ondelete="CASCADE"), index=True
+    )
+    purpose: Mapped[str] = mapped_column(String(16), default=GradingPurpose.SUBMISSION)
+    is_current: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Claim order: lower first (0: students' uploads; 1: staff regrades and final runs),
+    # then oldest first.
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    seed: Mapped[int | None] = mapped_column(BigInteger)
+    regrade_batch_id: Mapped[int | None] = mapped_column(
+        ForeignKey("regrade_batches.id", ondelete="SET NULL"), index=True
+    )
+    final_run_id: Mapped[int | None] = mapped_column(
+        ForeignKey("final_runs.id", ondelete="SET NULL"), index=True
+    )
+    # A regrade: the grading that was current when it was queued (what it is compared with
+    # and what applying it replaces).
+    replaces_grading_id: Mapped[int | None] = mapped_column(
+        ForeignKey("gradings.id", ondelete="SET NULL")
+    )
+    requested_by: Mapped[str | None] = mapped_column(String(200))
 
     status: Mapped[str] = mapped_column(String(16), default=SubmissionStatus.QUEUED)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utc_now)
@@ -149,13 +327,14 @@ class Submission(Base):
     last_attempt_error: Mapped[str | None] = mapped_column(Text)
 
     # Result (written in one transaction with the check_verdicts rows).
-    seed: Mapped[int | None] = mapped_column(BigInteger)
     error_kind: Mapped[str | None] = mapped_column(String(50))
     error_message: Mapped[str | None] = mapped_column(Text)
     headline_speedup: Mapped[float | None] = mapped_column(Float)
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     benchmark: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     versions: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # versions["grader"], kept apart so that regrades can select by it.
+    grader_version: Mapped[str | None] = mapped_column(String(100))
     device: Mapped[str | None] = mapped_column(String(200))
     grader_exit_code: Mapped[int | None] = mapped_column(Integer)
     grading_duration_s: Mapped[float | None] = mapped_column(Float)
@@ -163,9 +342,10 @@ class Submission(Base):
     log_truncated: Mapped[bool | None] = mapped_column(Boolean)
     grader_stderr: Mapped[str | None] = mapped_column(Text)
 
-    student: Mapped[Student] = relationship(back_populates="submissions")
+    submission: Mapped[Submission] = relationship(back_populates="gradings")
+    replaces: Mapped[Grading | None] = relationship(remote_side=[id], viewonly=True)
     checks: Mapped[list[CheckVerdict]] = relationship(
-        back_populates="submission",
+        back_populates="grading",
         order_by="CheckVerdict.position",
         cascade="all, delete-orphan",
         passive_deletes=True,
@@ -178,8 +358,8 @@ class CheckVerdict(Base):
     __tablename__ = "check_verdicts"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    submission_id: Mapped[int] = mapped_column(
-        ForeignKey("submissions.id", ondelete="CASCADE"), index=True
+    grading_id: Mapped[int] = mapped_column(
+        ForeignKey("gradings.id", ondelete="CASCADE"), index=True
     )
     position: Mapped[int] = mapped_column(Integer)
     name: Mapped[str] = mapped_column(String(200))
@@ -189,7 +369,67 @@ class CheckVerdict(Base):
     # Every other key of the check's entry in the result document (max_abs_err, tolerance...).
     numbers: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
-    submission: Mapped[Submission] = relationship(back_populates="checks")
+    grading: Mapped[Grading] = relationship(back_populates="checks")
+
+
+class RegradeBatch(Base):
+    """Submissions re-run together by staff; previewed, then applied or discarded."""
+
+    __tablename__ = "regrade_batches"
+    __table_args__ = (
+        CheckConstraint("state IN ('open', 'applied', 'discarded')", name="state"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    assignment: Mapped[str] = mapped_column(String(100))
+    state: Mapped[str] = mapped_column(String(16), default=RegradeState.OPEN)
+    # The filters staff chose (assignment, student_id, status, grader_version, ids).
+    selection: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utc_now)
+    created_by: Mapped[str] = mapped_column(String(200))
+    decided_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+    decided_by: Mapped[str | None] = mapped_column(String(200))
+
+    gradings: Mapped[list[Grading]] = relationship(order_by="Grading.id", viewonly=True)
+
+
+class FinalRun(Base):
+    """A final ranking run: each student's best passing on-time submission re-graded on one
+    fresh secret seed after the due date. The latest run of an assignment decides its ranks."""
+
+    __tablename__ = "final_runs"
+    __table_args__ = (Index("ix_final_runs_assignment_id", "assignment", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    assignment: Mapped[str] = mapped_column(String(100))
+    # Secret: shown to staff, never in any answer a student can read.
+    seed: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utc_now)
+    created_by: Mapped[str] = mapped_column(String(200))
+
+    gradings: Mapped[list[Grading]] = relationship(order_by="Grading.id", viewonly=True)
+
+
+class AuditEvent(Base):
+    """One staff action: who (``actor_*``), when (``created_at``), what (``action`` on
+    ``target_type``/``target_id``, with ``details``)."""
+
+    __tablename__ = "audit_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utc_now, index=True)
+    # instructor | ta (a staff row) | bootstrap (GRADER_INSTRUCTOR_TOKEN) | cli (local
+    # database access: `grader students ...`, `grader staff ...`) | student (own token)
+    actor_kind: Mapped[str] = mapped_column(String(16))
+    actor_staff_id: Mapped[int | None] = mapped_column(
+        ForeignKey("staff_members.id", ondelete="SET NULL")
+    )
+    actor_name: Mapped[str] = mapped_column(String(200))
+    action: Mapped[str] = mapped_column(String(64), index=True)
+    target_type: Mapped[str | None] = mapped_column(String(32))
+    target_id: Mapped[str | None] = mapped_column(String(100))
+    assignment: Mapped[str | None] = mapped_column(String(100))
+    details: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class WorkerHeartbeat(Base):
