@@ -27,7 +27,8 @@ class NotAuthenticated(DomainError):
 
 
 class InstructorRequired(DomainError):
-    """A student token was used on an instructor-only endpoint."""
+    """A student's or a TA's token was used on an instructor-only endpoint (settings,
+    tokens, staff accounts, final runs)."""
 
     code = "instructor_required"
     http_status = 403
@@ -134,8 +135,188 @@ class RateLimited(DomainError):
         self.retry_after_s = retry_after_s
 
 
+class StaffRequired(DomainError):
+    """A student token was used on an endpoint for staff (TAs and instructors)."""
+
+    code = "staff_required"
+    http_status = 403
+
+
 class StudentRequired(DomainError):
     """An endpoint for students (uploading) was called with the instructor token."""
 
     code = "student_required"
     http_status = 403
+
+
+class StudentEmailTaken(DomainError):
+    """Another student already has this e-mail (compared case-insensitively); `details`
+    carries the existing student's `student_id`."""
+
+    code = "student_email_taken"
+    http_status = 409
+
+
+class StudentExternalIdTaken(DomainError):
+    """Another student already has this roster id; `details` carries the existing
+    student's `student_id`."""
+
+    code = "student_external_id_taken"
+    http_status = 409
+
+
+class StudentFieldInvalid(DomainError):
+    """A student's e-mail or roster id is malformed (`details`: `field`)."""
+
+    code = "student_field_invalid"
+    http_status = 422
+
+
+class RosterInvalid(DomainError):
+    """A roster CSV could not be imported; nothing was created. `details` carries `errors`:
+    ``[{"line": n, "message": ...}]`` (line 1 is the header)."""
+
+    code = "roster_invalid"
+    http_status = 422
+
+
+class StaffNotFound(DomainError):
+    """No staff member with that id."""
+
+    code = "staff_not_found"
+    http_status = 404
+
+
+class StaffNameTaken(DomainError):
+    """Another staff member already has this name (trimmed, case-insensitive)."""
+
+    code = "staff_name_taken"
+    http_status = 409
+
+
+class TokenNotRotatable(DomainError):
+    """The bootstrap instructor's token is GRADER_INSTRUCTOR_TOKEN: change the setting and
+    restart instead."""
+
+    code = "token_not_rotatable"
+    http_status = 409
+
+
+class AssignmentSettingsInvalid(DomainError):
+    """Assignment settings that contradict each other (e.g. opening after the due date,
+    speed thresholds not ascending)."""
+
+    code = "assignment_settings_invalid"
+    http_status = 422
+
+
+class AssignmentNotOpen(DomainError):
+    """An upload before the assignment's open date; `details` carries `opens_at`."""
+
+    code = "assignment_not_open"
+    http_status = 403
+
+
+class AssignmentClosed(DomainError):
+    """An upload after the due date of an assignment whose late policy is `refuse`;
+    `details` carries `due_at`."""
+
+    code = "assignment_closed"
+    http_status = 403
+
+
+class SubmissionLimitReached(DomainError):
+    """The student has used every submission the assignment allows (`details`:
+    `max_submissions`, `used`). Infrastructure errors do not count."""
+
+    code = "submission_limit_reached"
+    http_status = 403
+
+
+class LeaderboardHidden(DomainError):
+    """Staff made the assignment's leaderboard invisible to students."""
+
+    code = "leaderboard_hidden"
+    http_status = 403
+
+
+class AlreadyDisqualified(DomainError):
+    """The submission is already disqualified (restore it first to change the reason)."""
+
+    code = "already_disqualified"
+    http_status = 409
+
+
+class NotDisqualified(DomainError):
+    """Only a disqualified submission can be restored."""
+
+    code = "not_disqualified"
+    http_status = 409
+
+
+class RegradeNotFound(DomainError):
+    """No regrade batch with that id."""
+
+    code = "regrade_not_found"
+    http_status = 404
+
+
+class RegradeEmpty(DomainError):
+    """The selection matches no submission that can be regraded (finished, and not in
+    another open batch); `details` carries `busy`, the count left out for that reason."""
+
+    code = "regrade_empty"
+    http_status = 422
+
+
+class RegradePending(DomainError):
+    """Some gradings of the batch have not finished; apply once they have (`details`:
+    `pending`)."""
+
+    code = "regrade_pending"
+    http_status = 409
+
+
+class RegradeDecided(DomainError):
+    """The batch was already applied or discarded (`details`: `state`)."""
+
+    code = "regrade_already_decided"
+    http_status = 409
+
+
+class FinalRunNotAllowed(DomainError):
+    """A final ranking run cannot start now (the subclass's code says why)."""
+
+    code = "final_run_not_allowed"
+    http_status = 409
+
+
+class NoDueDate(FinalRunNotAllowed):
+    """The assignment has no due date, so there is no "after the due date" yet."""
+
+    code = "no_due_date"
+
+
+class BeforeDueDate(FinalRunNotAllowed):
+    """The due date has not passed (`details`: `due_at`)."""
+
+    code = "before_due_date"
+
+
+class FinalRunInProgress(FinalRunNotAllowed):
+    """The previous final run still has gradings queued or running."""
+
+    code = "final_run_in_progress"
+
+
+class FinalRunEmpty(FinalRunNotAllowed):
+    """No student has a passing, on-time, not disqualified submission to re-run."""
+
+    code = "final_run_empty"
+
+
+class FinalRunNotFound(DomainError):
+    """The assignment has no final ranking run yet."""
+
+    code = "final_run_not_found"
+    http_status = 404

@@ -1,4 +1,5 @@
-"""Service functions behind the HTTP API: students, tokens, upload validation, rate limit.
+"""Service functions behind the HTTP API: students, tokens, upload validation, the
+assignment's upload rules (dates, late policy, submission limit, rate limit).
 
 Keyword-only; they flush through submissions/repository.py and never commit (the request
 dependency owns the transaction). They raise the domain exceptions of submissions/errors.py.
@@ -15,24 +16,27 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from grader.manifest import AssignmentManifest, get_manifest
-from grader.manifest import UnknownAssignment as UnknownManifest
+from grader.manifest import AssignmentManifest
 from grader.source_validation import SourceRejected
 from grader.source_validation import validate_source as validate_source_text
-from submissions import repository
+from submissions import assignments, audit, repository
 from submissions.errors import (
     MissingFunction,
     RateLimited,
     SourceNotUtf8,
     SourceSyntaxError,
+    StudentEmailTaken,
+    StudentExternalIdTaken,
+    StudentFieldInvalid,
     StudentNameInvalid,
     StudentNameTaken,
+    StudentNotFound,
+    SubmissionLimitReached,
     SubmissionNotFound,
-    UnknownAssignment,
     UploadEmpty,
     UploadTooLarge,
 )
-from submissions.models import Student, Submission
+from submissions.models import Assignment, Student, Submission
 from submissions.settings import Settings
 
 #: Prefix of student tokens: recognisable in logs and secret scanners, and a token never
@@ -45,6 +49,11 @@ STUDENT_TOKEN_PREFIX = "gst_"
 def hash_token(token: str) -> str:
     """sha256 hex digest of a bearer token (tokens are 256-bit random, so no salt/KDF)."""
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def new_token(prefix: str) -> str:
+    """A fresh bearer token: `prefix` + 256 random bits (URL-safe base64)."""
+    return prefix + secrets.token_urlsafe(32)
 
 
 def tokens_equal(presented: str, expected: str) -> bool:
@@ -73,6 +82,8 @@ class CreatedStudent:
 
 #: Longest student name (characters, after trimming); the ``students.name`` column width.
 MAX_STUDENT_NAME_CHARS = 200
+#: Longest e-mail and roster id (the column widths).
+MAX_EMAIL_CHARS, MAX_EXTERNAL_ID_CHARS = 320, 100
 
 
 def student_name_key(name: str) -> str:
@@ -82,14 +93,41 @@ def student_name_key(name: str) -> str:
     return name.strip().casefold()
 
 
-def create_student(session: Session, *, name: str, now: dt.datetime) -> CreatedStudent:
-    """Create a student with a fresh random token. The name is stored trimmed.
+def clean_email(email: str | None) -> str | None:
+    """An e-mail as stored: trimmed and lower-cased; None for None or blank.
 
     Raises:
-        StudentNameInvalid: the name is blank or longer than MAX_STUDENT_NAME_CHARS.
-        StudentNameTaken: another student has the same name up to case and surrounding
-            whitespace (also when both are created concurrently).
+        StudentFieldInvalid: not of the form ``local@domain`` or too long.
     """
+    if email is None or not email.strip():
+        return None
+    value = email.strip().lower()
+    local, at, domain = value.partition("@")
+    if not at or not local or "." not in domain or any(ch.isspace() for ch in value):
+        raise StudentFieldInvalid(f"not an e-mail address: {email!r}", field="email")
+    if len(value) > MAX_EMAIL_CHARS:
+        raise StudentFieldInvalid(f"the e-mail is longer than {MAX_EMAIL_CHARS} characters",
+                                  field="email")
+    return value
+
+
+def clean_external_id(external_id: str | None) -> str | None:
+    """A roster id as stored: trimmed; None for None or blank.
+
+    Raises:
+        StudentFieldInvalid: longer than MAX_EXTERNAL_ID_CHARS.
+    """
+    if external_id is None or not external_id.strip():
+        return None
+    value = external_id.strip()
+    if len(value) > MAX_EXTERNAL_ID_CHARS:
+        raise StudentFieldInvalid(
+            f"the roster id is longer than {MAX_EXTERNAL_ID_CHARS} characters", field="id")
+    return value
+
+
+def clean_student_name(name: str) -> str:
+    """The name as stored (trimmed). Raises StudentNameInvalid when blank or too long."""
     clean_name = name.strip()
     if not clean_name:
         raise StudentNameInvalid("the student name must not be blank")
@@ -98,20 +136,96 @@ def create_student(session: Session, *, name: str, now: dt.datetime) -> CreatedS
             f"the student name is longer than {MAX_STUDENT_NAME_CHARS} characters",
             max_chars=MAX_STUDENT_NAME_CHARS,
         )
-    name_key = student_name_key(clean_name)
-    token = STUDENT_TOKEN_PREFIX + secrets.token_urlsafe(32)
+    return clean_name
+
+
+def raise_student_conflict(
+    session: Session, *, name: str, email: str | None, external_id: str | None
+) -> None:
+    """Raise the error for the first unique field another student already holds; return
+    when none is taken.
+
+    Raises:
+        StudentNameTaken, StudentEmailTaken, StudentExternalIdTaken (details: student_id).
+    """
+    name_key = student_name_key(name)
+    for existing in repository.find_students_matching(
+        session, name_key=name_key, email=email, external_id=external_id
+    ):
+        if existing.name_key == name_key:
+            raise StudentNameTaken(
+                f"a student named {existing.name!r} already exists (id {existing.id}); "
+                "names must be unique, ignoring case and surrounding spaces",
+                student_id=existing.id,
+            )
+        if email is not None and existing.email == email:
+            raise StudentEmailTaken(
+                f"student {existing.id} ({existing.name}) already has the e-mail {email}",
+                student_id=existing.id,
+            )
+        if external_id is not None and existing.external_id == external_id:
+            raise StudentExternalIdTaken(
+                f"student {existing.id} ({existing.name}) already has the roster id "
+                f"{external_id}", student_id=existing.id,
+            )
+
+
+def create_student(
+    session: Session,
+    *,
+    name: str,
+    now: dt.datetime,
+    email: str | None = None,
+    external_id: str | None = None,
+    actor: audit.Actor | None = None,
+) -> CreatedStudent:
+    """Create a student with a fresh random token. The name is stored trimmed, the e-mail
+    lower-cased. With an `actor`, the creation is recorded in the audit log (a roster
+    import records one event for the whole file instead).
+
+    Raises:
+        StudentNameInvalid: the name is blank or longer than MAX_STUDENT_NAME_CHARS.
+        StudentFieldInvalid: a malformed e-mail or roster id.
+        StudentNameTaken, StudentEmailTaken, StudentExternalIdTaken: another student has
+            the same name (up to case and surrounding whitespace), e-mail or roster id
+            (also when both are created concurrently).
+    """
+    clean_name = clean_student_name(name)
+    email = clean_email(email)
+    external_id = clean_external_id(external_id)
+    token = new_token(STUDENT_TOKEN_PREFIX)
     student = repository.insert_student(
-        session, name=clean_name, name_key=name_key, token_sha256=hash_token(token), now=now
+        session, name=clean_name, name_key=student_name_key(clean_name),
+        token_sha256=hash_token(token), now=now, email=email, external_id=external_id,
     )
     if student is None:
-        existing = repository.find_student_by_name_key(session, name_key=name_key)
-        existing_id = existing.id if existing is not None else None
-        existing_name = existing.name if existing is not None else clean_name
-        raise StudentNameTaken(
-            f"a student named {existing_name!r} already exists (id {existing_id}); "
-            "names must be unique, ignoring case and surrounding spaces",
-            student_id=existing_id,
-        )
+        raise_student_conflict(session, name=clean_name, email=email, external_id=external_id)
+        raise StudentNameTaken(f"a student named {clean_name!r} already exists")  # raced away
+    if actor is not None:
+        audit.record(session, actor=actor, action="student.create", now=now,
+                     target_type="student", target_id=student.id,
+                     details={"name": student.name, "email": email, "external_id": external_id})
+    return CreatedStudent(student=student, token=token)
+
+
+def rotate_student_token(
+    session: Session, *, student_id: int, actor: audit.Actor, now: dt.datetime
+) -> CreatedStudent:
+    """Give a student a new token; the old one stops working when the transaction commits.
+    Recorded in the audit log (never the token).
+
+    Raises:
+        StudentNotFound: no such student.
+    """
+    token = new_token(STUDENT_TOKEN_PREFIX)
+    if not repository.update_student_token(
+        session, student_id=student_id, token_sha256=hash_token(token), now=now
+    ):
+        raise StudentNotFound(f"no student {student_id}")
+    student = repository.get_student(session, student_id=student_id)
+    assert student is not None  # noqa: S101 - just updated in this transaction
+    audit.record(session, actor=actor, action="student.rotate_token", now=now,
+                 target_type="student", target_id=student_id)
     return CreatedStudent(student=student, token=token)
 
 
@@ -125,10 +239,7 @@ def authenticate_student(session: Session, *, token: str) -> Student | None:
 
 def resolve_assignment(name: str) -> AssignmentManifest:
     """The manifest entry for `name` (grader/manifest.py). Raises UnknownAssignment."""
-    try:
-        return get_manifest(name)
-    except UnknownManifest as exc:
-        raise UnknownAssignment(str(exc)) from None
+    return assignments.resolve_manifest(name)
 
 
 def display_filename(client_filename: str | None) -> str | None:
@@ -173,29 +284,44 @@ def validate_source(upload: bytes, *, assignment: AssignmentManifest, max_bytes:
 
 
 def enforce_rate_limit(
-    session: Session, *, student_id: int, settings: Settings, now: dt.datetime
+    session: Session,
+    *,
+    student_id: int,
+    assignment: Assignment,
+    settings: Settings,
+    now: dt.datetime,
 ) -> None:
-    """Raise RateLimited if the student already has ``rate_limit_submissions`` counted
-    submissions in the last ``rate_limit_window_s`` seconds. Infrastructure errors do not
-    count. Locks the student row first, so concurrent uploads are checked one at a time."""
-    repository.lock_student(session, student_id=student_id)
-    window = dt.timedelta(seconds=settings.rate_limit_window_s)
+    """Raise RateLimited if the student already has as many counted submissions of
+    `assignment` in the window as its rate limit allows (the assignment's own, else
+    ``GRADER_RATE_LIMIT_SUBMISSIONS`` per ``GRADER_RATE_LIMIT_WINDOW_S``). Infrastructure
+    errors do not count. Call after `repository.lock_student`."""
+    limit = assignments.rate_limit(assignment, settings)
+    window = dt.timedelta(seconds=limit.window_s)
     times = repository.counted_submission_times(
-        session, student_id=student_id, since=now - window
+        session, student_id=student_id, assignment=assignment.name, since=now - window
     )
-    limit = settings.rate_limit_submissions
-    if len(times) < limit:
+    if len(times) < limit.submissions:
         return
     # The upload becomes possible when enough of the counted ones leave the window.
-    frees_at = times[len(times) - limit] + window
+    frees_at = times[len(times) - limit.submissions] + window
     retry_after_s = max(1, math.ceil((frees_at - now).total_seconds()))
     raise RateLimited(
-        f"at most {limit} submissions per {settings.rate_limit_window_s:g} s; "
+        f"at most {limit.submissions} submissions per {limit.window_s:g} s; "
         f"try again in {retry_after_s} s",
         retry_after_s=retry_after_s,
-        limit=limit,
-        window_s=settings.rate_limit_window_s,
+        limit=limit.submissions,
+        window_s=limit.window_s,
     )
+
+
+@dataclass(frozen=True)
+class QueuedSubmission:
+    """An accepted upload: the submission, its assignment's settings, and how many of the
+    assignment's submissions the student has used (this one included)."""
+
+    submission: Submission
+    assignment: Assignment
+    used: int
 
 
 def create_submission(
@@ -207,34 +333,53 @@ def create_submission(
     client_filename: str | None,
     settings: Settings,
     now: dt.datetime,
-) -> Submission:
-    """Validate an upload, apply the rate limit and queue it. The source text, its sha256
-    and the derived grading seed are stored in the database (no shared disk needed).
+) -> QueuedSubmission:
+    """Validate an upload against the source rules and the assignment's upload rules, and
+    queue it. The source text, its sha256, the derived grading seed and the late flag are
+    stored in the database (no shared disk needed).
 
-    Raises: UnknownAssignment, UploadTooLarge, SourceNotUtf8, UploadEmpty, SourceSyntaxError,
-    MissingFunction, RateLimited.
+    Order: the assignment and its dates first (nothing else matters if it is closed), then
+    the file, then (with the student row locked) the submission limit and the rate limit.
+
+    Raises: UnknownAssignment, AssignmentNotOpen, AssignmentClosed, UploadTooLarge,
+    SourceNotUtf8, UploadEmpty, SourceSyntaxError, MissingFunction, SubmissionLimitReached,
+    RateLimited.
     """
-    assignment = resolve_assignment(assignment_name)
+    manifest = resolve_assignment(assignment_name)
+    assignment = assignments.load(session, name=manifest.name, now=now)
+    late = assignments.check_upload_window(assignment, now=now)
     source_text = validate_source(
-        upload, assignment=assignment, max_bytes=settings.max_upload_bytes
+        upload, assignment=manifest, max_bytes=settings.max_upload_bytes
     )
-    enforce_rate_limit(session, student_id=student.id, settings=settings, now=now)
+    repository.lock_student(session, student_id=student.id)
+    used = repository.count_counted_submissions(
+        session, student_id=student.id, assignment=manifest.name
+    )
+    if assignment.max_submissions is not None and used >= assignment.max_submissions:
+        raise SubmissionLimitReached(
+            f"you have used all {assignment.max_submissions} submissions of {manifest.name} "
+            "(gradings that broke on our side do not count)",
+            max_submissions=assignment.max_submissions,
+            used=used,
+        )
+    enforce_rate_limit(session, student_id=student.id, assignment=assignment,
+                       settings=settings, now=now)
+    deployment_seed = settings.deployment_seed.get_secret_value()
     submission = repository.insert_submission(
         session,
         student_id=student.id,
-        assignment=assignment.name,
+        assignment=manifest.name,
         source_text=source_text,
         source_sha256=hashlib.sha256(upload).hexdigest(),
         source_bytes=len(upload),
         original_filename=display_filename(client_filename),
         now=now,
+        derive_seed=lambda submission_id: derive_grading_seed(
+            deployment_seed=deployment_seed, submission_id=submission_id
+        ),
+        is_late=late,
     )
-    submission.seed = derive_grading_seed(
-        deployment_seed=settings.deployment_seed.get_secret_value(),
-        submission_id=submission.id,
-    )
-    session.flush()
-    return submission
+    return QueuedSubmission(submission=submission, assignment=assignment, used=used + 1)
 
 
 # ------------------------------------------------------------------------ visibility
@@ -243,7 +388,7 @@ def create_submission(
 def get_visible_submission(
     session: Session, *, submission_id: int, viewer_student_id: int | None
 ) -> Submission:
-    """The submission if the viewer may see it: its owner, or the instructor
+    """The submission if the viewer may see it: its owner, or staff
     (``viewer_student_id=None``).
 
     Raises:

@@ -2,12 +2,19 @@
 
 One `Settings` object is built once per process (`get_settings()`) and passed down
 explicitly; the web app keeps it on `app.state`, the worker receives it as an argument.
+
+Settings come from ``GRADER_*`` environment variables only (no ``.env`` file is read: the
+one at the repository root is Docker Compose's, and reading a file from the current
+directory would make `grader serve` and `grader students` disagree when started from
+different folders). The default database is one file whose location does not depend on the
+current directory either (`default_sqlite_path`).
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -26,8 +33,29 @@ def is_placeholder_secret(value: str) -> bool:
     normalized = value.strip().lower().replace("_", "").replace("-", "").replace(" ", "")
     return normalized in PLACEHOLDER_SECRETS or "changeme" in normalized
 
-#: Default SQLite location for `grader serve` on one machine (relative to the working dir).
-DEFAULT_SQLITE_PATH = Path("var") / "grader.db"
+#: The checkout this code runs from, when it runs from one (an editable install or
+#: PYTHONPATH): the folder holding pyproject.toml and alembic.ini.
+REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
+
+
+def default_sqlite_path() -> Path:
+    """Where `grader serve`, `grader worker` and `grader students` keep the SQLite database
+    unless ``GRADER_DATABASE_URL`` says otherwise: an absolute path, the same from any
+    current directory.
+
+    - In a checkout (`make serve`, ``pip install -e``): ``<checkout>/var/grader.db``.
+    - Installed from a wheel: ``$XDG_DATA_HOME/kernel-grader/grader.db`` (default
+      ``~/.local/share/kernel-grader/grader.db``).
+    """
+    if (REPOSITORY_ROOT / "pyproject.toml").is_file() and (REPOSITORY_ROOT / "alembic.ini").is_file():
+        return REPOSITORY_ROOT / "var" / "grader.db"
+    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data_home) / "kernel-grader" / "grader.db"
+
+
+def default_database_url() -> str:
+    """``sqlite:///`` + `default_sqlite_path()` (an absolute path: four slashes)."""
+    return f"sqlite:///{default_sqlite_path().as_posix()}"
 
 
 def default_grade_command() -> list[str]:
@@ -40,21 +68,19 @@ def default_grade_command() -> list[str]:
 
 
 class Settings(BaseSettings):
-    """All service configuration, read from ``GRADER_*`` environment variables (or ``.env``).
+    """All service configuration, read from ``GRADER_*`` environment variables.
 
     Raises:
         pydantic.ValidationError: on malformed values, or when ``environment`` is not
             ``development`` and a secret still holds a placeholder value.
     """
 
-    model_config = SettingsConfigDict(
-        env_prefix="GRADER_", env_file=".env", extra="ignore", frozen=True
-    )
+    model_config = SettingsConfigDict(env_prefix="GRADER_", extra="ignore", frozen=True)
 
     environment: Literal["development", "production"] = "development"
 
     # Database. SQLite (one machine) by default; `postgresql+psycopg://...` for many workers.
-    database_url: str = f"sqlite:///{DEFAULT_SQLITE_PATH.as_posix()}"
+    database_url: str = Field(default_factory=default_database_url)
     sqlite_busy_timeout_s: float = Field(30.0, gt=0)
 
     # Secrets.

@@ -1,0 +1,186 @@
+"""Per-assignment settings: what staff set (dates, late policy, limits, leaderboard
+visibility, points) and what they mean for an upload.
+
+A settings row exists for an assignment of the manifest (grader/manifest.py) from the first
+time the service touches it (a read or update by staff, an upload, the leaderboard, an
+export): `load` inserts it with the defaults (no dates, `mark_late`, no maximum, the
+service's rate limit, leaderboard visible, 100 correctness points, no speed points). A
+migration cannot create the rows: the manifest is code that grows with the course, and
+migrations never import the application.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from grader.manifest import AssignmentManifest, get_manifest
+from grader.manifest import UnknownAssignment as UnknownManifest
+from submissions import audit, repository
+from submissions.errors import (
+    AssignmentClosed,
+    AssignmentNotOpen,
+    AssignmentSettingsInvalid,
+    UnknownAssignment,
+)
+from submissions.models import Assignment, LatePolicy
+from submissions.scoring import PointsPolicy, SpeedThreshold, validate_thresholds
+from submissions.settings import Settings
+
+#: The columns staff may change (PATCH /api/v1/assignments/{name}).
+EDITABLE = frozenset({
+    "opens_at", "due_at", "late_policy", "max_submissions", "rate_limit_submissions",
+    "rate_limit_window_s", "leaderboard_visible", "correctness_points", "speed_points",
+})
+
+
+def resolve_manifest(name: str) -> AssignmentManifest:
+    """The manifest entry for `name`. Raises UnknownAssignment."""
+    try:
+        return get_manifest(name)
+    except UnknownManifest as exc:
+        raise UnknownAssignment(str(exc)) from None
+
+
+def load(session: Session, *, name: str, now: dt.datetime) -> Assignment:
+    """The settings row of assignment `name` (created with the defaults on first use).
+
+    Raises:
+        UnknownAssignment: `name` is not in the manifest.
+    """
+    manifest = resolve_manifest(name)
+    return repository.ensure_assignment(session, name=manifest.name, now=now)
+
+
+def points_policy(row: Assignment) -> PointsPolicy:
+    """The assignment's points (submissions/scoring.py)."""
+    return PointsPolicy.from_stored(row.correctness_points, row.speed_points or [])
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """At most `submissions` uploads per student and assignment in any `window_s` seconds."""
+
+    submissions: int
+    window_s: float
+
+
+def rate_limit(row: Assignment, settings: Settings) -> RateLimit:
+    """The assignment's own rate limit, or the service-wide one where it sets none."""
+    return RateLimit(
+        submissions=row.rate_limit_submissions or settings.rate_limit_submissions,
+        window_s=row.rate_limit_window_s or settings.rate_limit_window_s,
+    )
+
+
+def check_upload_window(row: Assignment, *, now: dt.datetime) -> bool:
+    """Whether an upload at `now` is allowed, and if so whether it is late.
+
+    Edges: open from ``opens_at`` inclusive; on time up to ``due_at`` inclusive (an upload
+    stamped exactly at the due date is on time).
+
+    Raises:
+        AssignmentNotOpen: `now` is before ``opens_at``.
+        AssignmentClosed: `now` is after ``due_at`` and the late policy is ``refuse``.
+    Returns:
+        True when the upload is late (after ``due_at``, policy ``mark_late``).
+    """
+    if row.opens_at is not None and now < row.opens_at:
+        raise AssignmentNotOpen(
+            f"{row.name} opens at {_iso(row.opens_at)} (UTC); it is {_iso(now)} now",
+            opens_at=row.opens_at,
+        )
+    if row.due_at is None or now <= row.due_at:
+        return False
+    if row.late_policy == LatePolicy.REFUSE:
+        raise AssignmentClosed(
+            f"{row.name} was due at {_iso(row.due_at)} (UTC); late submissions are refused",
+            due_at=row.due_at,
+        )
+    return True
+
+
+def _iso(moment: dt.datetime) -> str:
+    return moment.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+def update(
+    session: Session,
+    *,
+    name: str,
+    changes: Mapping[str, Any],
+    actor: audit.Actor,
+    now: dt.datetime,
+) -> Assignment:
+    """Apply `changes` (column -> new value; only keys of EDITABLE) to the settings of
+    `name`, check that the result is consistent, and record the change in the audit log
+    (old and new values).
+
+    ``speed_points`` is a sequence of `SpeedThreshold` (or of mappings with
+    ``min_speedup`` and ``points``). Times must be aware (stored in UTC).
+
+    Raises:
+        UnknownAssignment: `name` is not in the manifest.
+        AssignmentSettingsInvalid: an unknown field, a naive time, ``opens_at`` not before
+            ``due_at``, or thresholds that are not ascending.
+    """
+    row = load(session, name=name, now=now)
+    unknown = set(changes) - EDITABLE
+    if unknown:
+        raise AssignmentSettingsInvalid(f"not an assignment setting: {', '.join(sorted(unknown))}")
+    values = dict(changes)
+    for field in ("opens_at", "due_at"):
+        moment = values.get(field)
+        if moment is not None:
+            if moment.tzinfo is None:
+                raise AssignmentSettingsInvalid(f"{field} needs a time zone (e.g. a trailing Z)")
+            values[field] = moment.astimezone(dt.UTC)
+    if "late_policy" in values:
+        try:
+            values["late_policy"] = LatePolicy(values["late_policy"]).value
+        except ValueError:
+            raise AssignmentSettingsInvalid(
+                f"late_policy must be one of {', '.join(p.value for p in LatePolicy)}"
+            ) from None
+    if "speed_points" in values:
+        thresholds = [
+            t if isinstance(t, SpeedThreshold)
+            else SpeedThreshold(float(t["min_speedup"]), float(t["points"]))
+            for t in values["speed_points"] or []
+        ]
+        problem = validate_thresholds(thresholds)
+        if problem:
+            raise AssignmentSettingsInvalid(f"speed_points: {problem}")
+        values["speed_points"] = [
+            {"min_speedup": t.min_speedup, "points": t.points} for t in thresholds
+        ]
+    opens_at = values.get("opens_at", row.opens_at)
+    due_at = values.get("due_at", row.due_at)
+    if opens_at is not None and due_at is not None and opens_at >= due_at:
+        raise AssignmentSettingsInvalid("opens_at must be before due_at",
+                                        opens_at=opens_at, due_at=due_at)
+    before = {field: _jsonable(getattr(row, field)) for field in values}
+    repository.update_assignment(session, name=row.name, values=values, now=now, by=actor.label)
+    session.refresh(row)
+    after = {field: _jsonable(getattr(row, field)) for field in values}
+    audit.record(session, actor=actor, action="assignment.update", now=now,
+                 target_type="assignment", target_id=row.name, assignment=row.name,
+                 details={"before": before, "after": after})
+    return row
+
+
+def _jsonable(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, dt.datetime) else value
+
+
+def submissions_used(session: Session, *, row: Assignment, student_id: int) -> tuple[int, int | None]:
+    """How many submissions of the assignment the student has used (infrastructure errors
+    do not count), and how many are left (None: no maximum)."""
+    used = repository.count_counted_submissions(session, student_id=student_id,
+                                                assignment=row.name)
+    left = None if row.max_submissions is None else max(0, row.max_submissions - used)
+    return used, left

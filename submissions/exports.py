@@ -1,0 +1,226 @@
+"""Grade exports: one LMS CSV row per enrolled student, and Gradescope's autograder
+``results.json`` for one submission.
+
+LMS CSV (docs/course.md, "Exports"): every student is a row, those without a submission
+included; ``score = correctness_points + speed_points`` of the student's ranked (or, without
+a rank, best passing) on-time submission; late and disqualified submissions are counted in
+their own columns and never scored (``late_score`` tells what the best late one would earn,
+for a course that accepts late work with a penalty applied in the LMS).
+
+Gradescope: the format of Gradescope's autograder specification ("Output format" of
+https://gradescope-autograders.readthedocs.io/en/latest/specs/): a top-level ``score`` (which
+Gradescope uses instead of the sum of the tests' scores), ``tests`` with ``name``, ``score``,
+``max_score``, ``status``, ``output`` and ``visibility``, plus ``output``, ``visibility``,
+``execution_time`` (seconds), ``leaderboard`` and ``extra_data``.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+from sqlalchemy.orm import Session
+
+from submissions import assignments, audit, repository, standings
+from submissions.models import TERMINAL_STATUSES, Submission, SubmissionStatus
+from submissions.scoring import ZERO, PointsPolicy, score
+
+LMS_COLUMNS = (
+    "student_id", "name", "email", "id", "submissions", "late_submissions",
+    "disqualified_submissions", "status", "submission_id", "correctness_points",
+    "speed_points", "score", "max_score", "ranked_speedup", "rank", "ranking", "reason",
+    "late_submission_id", "late_score",
+)
+
+
+def _points(value: float) -> str:
+    return f"{value:g}"
+
+
+def lms_csv(session: Session, *, assignment: str, actor: audit.Actor, now: dt.datetime) -> str:
+    """The LMS gradebook CSV of `assignment` (LMS_COLUMNS, one row per student in id order);
+    the export is recorded in the audit log.
+
+    ``status`` is ``ranked``, ``unranked`` (final phase: failed or pending in the final
+    run, or not in it; ``reason`` says which), ``no_passing_submission`` or
+    ``no_submission``; ``ranking`` is ``provisional`` or ``final``.
+
+    Raises:
+        UnknownAssignment: not in the manifest.
+    """
+    board = standings.board(session, assignment=assignment, now=now)
+    policy = assignments.points_policy(board.assignment)
+    counts = repository.submission_counts(session, assignment=assignment)
+    provisional = {e.student_id: e for e in
+                   repository.best_passing_submissions(session, assignment=assignment)}
+    late_best = {e.student_id: e for e in
+                 repository.best_passing_submissions(session, assignment=assignment, late=True)}
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(LMS_COLUMNS)
+    students = repository.list_students(session)
+    for student in students:
+        count = counts.get(student.id)
+        standing = board.of_student(student.id)
+        late = late_best.get(student.id)
+        row: dict[str, Any] = {
+            "student_id": student.id, "name": student.name, "email": student.email or "",
+            "id": student.external_id or "",
+            "submissions": count.total if count else 0,
+            "late_submissions": count.late if count else 0,
+            "disqualified_submissions": count.disqualified if count else 0,
+            "max_score": _points(policy.max_total), "ranking": board.phase,
+            "late_submission_id": late.submission_id if late else "",
+            "late_score": _points(score(policy, passed=True, headline=late.headline_speedup)
+                                  .total) if late else "",
+        }
+        parts = ZERO
+        if standing is not None:
+            parts = standing.score
+            row |= {"status": "ranked" if standing.rank is not None else "unranked",
+                    "submission_id": standing.submission_id,
+                    "ranked_speedup": "" if standing.headline_speedup is None
+                    else f"{standing.headline_speedup:.6g}",
+                    "rank": standing.rank or "", "reason": standing.reason or ""}
+        elif student.id in provisional:  # final phase, not in the final run
+            entry = provisional[student.id]
+            parts = score(policy, passed=True, headline=None)
+            row |= {"status": "unranked", "submission_id": entry.submission_id,
+                    "reason": "not in the final ranking run (a later change; start a new "
+                              "final run to rank it)"}
+        elif count and count.total:
+            row |= {"status": "no_passing_submission"}
+        else:
+            row |= {"status": "no_submission"}
+        row |= {"correctness_points": _points(parts.correctness),
+                "speed_points": _points(parts.speed), "score": _points(parts.total)}
+        writer.writerow([row.get(column, "") for column in LMS_COLUMNS])
+    audit.record(session, actor=actor, action="export.lms", now=now, target_type="assignment",
+                 target_id=assignment, assignment=assignment,
+                 details={"students": len(students), "ranking": board.phase})
+    return buffer.getvalue()
+
+
+# ------------------------------------------------------------------------- Gradescope
+
+Visibility = Literal["hidden", "after_due_date", "after_published", "visible"]
+
+
+class GradescopeTest(BaseModel):
+    """One entry of ``tests`` in Gradescope's results.json."""
+
+    name: str
+    score: float
+    max_score: float
+    status: Literal["passed", "failed"]
+    output: str = ""
+    visibility: Visibility = "visible"
+
+
+class GradescopeLeaderboardEntry(BaseModel):
+    """One entry of ``leaderboard`` (``order``: ``asc`` or ``desc``, Gradescope's default)."""
+
+    name: str
+    value: float
+    order: Literal["asc", "desc"] = "desc"
+
+
+class GradescopeResults(BaseModel):
+    """Gradescope's autograder ``results.json`` (the subset this service fills)."""
+
+    score: float = Field(description="the submission's score; Gradescope uses it instead of "
+                         "the sum of the tests' scores")
+    execution_time: int | None = Field(None, description="grading wall time, whole seconds")
+    output: str
+    output_format: Literal["text"] = "text"
+    visibility: Visibility = "visible"
+    stdout_visibility: Visibility = "hidden"
+    tests: list[GradescopeTest]
+    leaderboard: list[GradescopeLeaderboardEntry] = []
+    extra_data: dict[str, Any] = {}
+
+
+def gradescope_results(
+    session: Session, *, submission: Submission, actor: audit.Actor | None, now: dt.datetime
+) -> GradescopeResults:
+    """The submission's current grading as Gradescope results: one test for correctness
+    (``correctness_points`` if every check passed), one per check (0 points: shown passed or
+    failed with its message), one for speed (the speed points of the headline speedup). A
+    disqualified submission scores 0 with the reason; a late one says so. Staff exports
+    are audited (`actor`); a student reading their own is not.
+
+    Raises:
+        UnknownAssignment: the submission's assignment left the manifest.
+    """
+    row = assignments.load(session, name=submission.assignment, now=now)
+    policy = assignments.points_policy(row)
+    grading = submission.current_grading
+    finished = grading is not None and grading.status in TERMINAL_STATUSES
+    passed = finished and grading.status == SubmissionStatus.PASSED
+    headline = grading.headline_speedup if grading is not None else None
+    parts = score(policy, passed=passed, headline=headline)
+    notes = []
+    if submission.disqualified_at is not None:
+        parts = ZERO
+        notes.append(f"Disqualified: {submission.disqualified_reason}")
+    if submission.is_late:
+        notes.append("Submitted after the due date: marked late, never ranked.")
+    status_line = (f"{submission.assignment}: {grading.status if grading else 'unknown'}"
+                   + (f" ({grading.error_kind}: {grading.error_message})"
+                      if grading is not None and grading.error_kind else ""))
+    tests = [_correctness_test(policy, passed and submission.disqualified_at is None, grading)]
+    for check in (grading.checks if grading is not None else []):
+        tests.append(GradescopeTest(
+            name=f"check {check.name}", score=0, max_score=0,
+            status="passed" if check.passed else "failed",
+            output=("not run: " if check.skipped else "") + (check.message or ""),
+        ))
+    if policy.thresholds:
+        tests.append(GradescopeTest(
+            name="speed (headline speedup)", score=parts.speed,
+            max_score=policy.max_speed_points,
+            status="passed" if parts.speed > 0 else "failed",
+            output=_speed_output(policy, headline),
+        ))
+    results = GradescopeResults(
+        score=parts.total,
+        execution_time=None if grading is None or grading.grading_duration_s is None
+        else round(grading.grading_duration_s),
+        output="\n".join([status_line, *notes]),
+        tests=tests,
+        leaderboard=[GradescopeLeaderboardEntry(name="speedup", value=headline)]
+        if headline is not None and submission.disqualified_at is None else [],
+        extra_data={"submission_id": submission.id,
+                    "grading_id": grading.id if grading else None,
+                    "grader_version": grading.grader_version if grading else None,
+                    "late": submission.is_late,
+                    "disqualified": submission.disqualified_at is not None},
+    )
+    if actor is not None:
+        audit.record(session, actor=actor, action="export.gradescope", now=now,
+                     target_type="submission", target_id=submission.id,
+                     assignment=submission.assignment)
+    return results
+
+
+def _correctness_test(policy: PointsPolicy, passed: bool, grading: Any) -> GradescopeTest:
+    checks = grading.checks if grading is not None else []
+    ran = [c for c in checks if not c.skipped]
+    return GradescopeTest(
+        name="correctness (every check passes)",
+        score=policy.correctness_points if passed else 0,
+        max_score=policy.correctness_points,
+        status="passed" if passed else "failed",
+        output=f"{sum(1 for c in ran if c.passed)} of {len(ran)} checks that ran passed"
+               + (f"; {len(checks) - len(ran)} not run" if len(checks) != len(ran) else ""),
+    )
+
+
+def _speed_output(policy: PointsPolicy, headline: float | None) -> str:
+    thresholds = ", ".join(f">= {t.min_speedup:g}x: {t.points:g}" for t in policy.thresholds)
+    measured = ("no GPU benchmark (speed points need one)" if headline is None
+                else f"headline speedup {headline:.4g}x")
+    return f"{measured}; thresholds {thresholds}"

@@ -1,0 +1,29 @@
+"""Every SQL statement of the service, one module per resource. Functions flush but never
+commit: the transaction belongs to the caller (the request dependency in api/deps.py, the
+worker's job wrapper, or a CLI command).
+
+Callers import the package (``from submissions import repository``) and call
+``repository.<function>``; every public name of the modules below is re-exported here.
+
+- `students`, `staff`: people and their token hashes.
+- `assignments`: per-assignment settings rows.
+- `submissions`: uploads, their listing, rate-limit counts, disqualification.
+- `queue`: the job queue over ``gradings`` (claim, lease, expiry, results); its docstring
+  explains why a job is claimed and finalised exactly once.
+- `regrades`, `final_runs`: gradings staff add to submissions.
+- `standings`: the queries behind the leaderboard and the grade exports.
+- `audit`: the staff action log.
+- `workers`, `observability`: heartbeats, health and metrics.
+"""
+
+from submissions.repository.assignments import *  # noqa: F403
+from submissions.repository.audit import *  # noqa: F403
+from submissions.repository.final_runs import *  # noqa: F403
+from submissions.repository.observability import *  # noqa: F403
+from submissions.repository.queue import *  # noqa: F403
+from submissions.repository.regrades import *  # noqa: F403
+from submissions.repository.staff import *  # noqa: F403
+from submissions.repository.standings import *  # noqa: F403
+from submissions.repository.students import *  # noqa: F403
+from submissions.repository.submissions import *  # noqa: F403
+from submissions.repository.workers import *  # noqa: F403
