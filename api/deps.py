@@ -3,13 +3,16 @@
 - `SettingsDep`: the one `Settings` object, kept on ``app.state``.
 - `SessionDep`: a database session whose transaction belongs to the request: committed after
   the handler returns (before the response is sent), rolled back if it raises.
-- `CurrentPrincipal`: who is calling (a student or the instructor), from the bearer token.
-- `CurrentStudent`: a student (401 without a valid token, 403 for the instructor).
-- `InstructorOnly`: the instructor (401 without a valid token, 403 for a student).
+- `NowDep`: the request's time (aware UTC); tests override `get_now` to stand on a deadline.
+- `CurrentPrincipal`: who is calling (a student, a TA or an instructor), from the bearer token.
+- `CurrentStudent`: a student (401 without a valid token, 403 for staff).
+- `StaffOnly`: a TA or an instructor (401 without a valid token, 403 for a student).
+- `InstructorOnly`: an instructor (401 without a valid token, 403 for a student or a TA).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Annotated
@@ -18,9 +21,9 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from submissions import service
-from submissions.errors import InstructorRequired, NotAuthenticated, StudentRequired
-from submissions.models import Student
+from submissions import audit, service, staff
+from submissions.errors import InstructorRequired, NotAuthenticated, StaffRequired, StudentRequired
+from submissions.models import StaffMember, StaffRole, Student, utc_now
 from submissions.settings import Settings
 
 
@@ -55,24 +58,54 @@ def get_db_session(request: Request) -> Iterator[Session]:
 # so a client never sees a 202 for a submission that was not committed.
 SessionDep = Annotated[Session, Depends(get_db_session, scope="function")]
 
-_bearer_scheme = HTTPBearer(auto_error=False, description="student token or instructor token")
+
+
+def get_now() -> dt.datetime:
+    """The time of the request (aware UTC): deadlines, lateness and audit stamps use it."""
+    return utc_now()
+
+
+NowDep = Annotated[dt.datetime, Depends(get_now)]
+
+_bearer_scheme = HTTPBearer(auto_error=False,
+                            description="a student's, a TA's or an instructor's token")
+
+#: Roles of a principal.
+STUDENT, TA, INSTRUCTOR = "student", StaffRole.TA.value, StaffRole.INSTRUCTOR.value
 
 
 @dataclass(frozen=True)
 class Principal:
-    """The authenticated caller: the instructor (``student is None``) or one student."""
+    """The authenticated caller: one student, one staff member (TA or instructor), or the
+    bootstrap instructor of ``GRADER_INSTRUCTOR_TOKEN`` (``role`` instructor, no row)."""
 
-    student: Student | None
+    role: str
+    student: Student | None = None
+    staff: StaffMember | None = None
+
+    @property
+    def is_staff(self) -> bool:
+        """True for TAs and instructors (who may read everything)."""
+        return self.role in (TA, INSTRUCTOR)
 
     @property
     def is_instructor(self) -> bool:
-        """True for the instructor token."""
-        return self.student is None
+        """True for instructors (settings, tokens, accounts, final runs)."""
+        return self.role == INSTRUCTOR
 
     @property
     def student_id(self) -> int | None:
-        """The caller's student id, or None for the instructor (who may see everything)."""
+        """The caller's student id, or None for staff (who may see everything)."""
         return None if self.student is None else self.student.id
+
+    @property
+    def actor(self) -> audit.Actor:
+        """Who this is in the audit log."""
+        if self.staff is not None:
+            return staff.actor_for(self.staff)
+        if self.student is not None:
+            return audit.Actor(kind=STUDENT, name=self.student.name)
+        return audit.BOOTSTRAP_INSTRUCTOR
 
 
 def get_principal(
@@ -85,18 +118,21 @@ def get_principal(
         raise NotAuthenticated("missing bearer token (Authorization: Bearer <token>)")
     token = credentials.credentials
     if service.tokens_equal(token, settings.instructor_token.get_secret_value()):
-        return Principal(student=None)
+        return Principal(role=INSTRUCTOR)
+    member = staff.authenticate_staff(session, token=token)
+    if member is not None:
+        return Principal(role=member.role, staff=member)
     student = service.authenticate_student(session, token=token)
     if student is None:
         raise NotAuthenticated("invalid token")
-    return Principal(student=student)
+    return Principal(role=STUDENT, student=student)
 
 
 CurrentPrincipal = Annotated[Principal, Depends(get_principal)]
 
 
 def get_current_student(principal: CurrentPrincipal) -> Student:
-    """The calling student. Raises StudentRequired (403) for the instructor."""
+    """The calling student. Raises StudentRequired (403) for staff."""
     if principal.student is None:
         raise StudentRequired("this endpoint needs a student token")
     return principal.student
@@ -105,10 +141,20 @@ def get_current_student(principal: CurrentPrincipal) -> Student:
 CurrentStudent = Annotated[Student, Depends(get_current_student)]
 
 
+def require_staff(principal: CurrentPrincipal) -> Principal:
+    """A TA or an instructor. Raises StaffRequired (403) for a student."""
+    if not principal.is_staff:
+        raise StaffRequired("this endpoint needs a TA's or an instructor's token")
+    return principal
+
+
+StaffOnly = Annotated[Principal, Depends(require_staff)]
+
+
 def require_instructor(principal: CurrentPrincipal) -> Principal:
-    """The instructor. Raises InstructorRequired (403) for a student."""
+    """An instructor. Raises InstructorRequired (403) for a student or a TA."""
     if not principal.is_instructor:
-        raise InstructorRequired("this endpoint needs the instructor token")
+        raise InstructorRequired("this endpoint needs an instructor's token")
     return principal
 
 

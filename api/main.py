@@ -12,7 +12,17 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from api.errors import install_error_handlers
-from api.routes import health, leaderboard, students, submissions
+from api.routes import (
+    assignments,
+    audit,
+    health,
+    leaderboard,
+    me,
+    regrades,
+    staff,
+    students,
+    submissions,
+)
 from submissions.db import create_session_factory, engine_from_settings
 from submissions.settings import Settings, get_settings
 
@@ -31,7 +41,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(
         title="Kernel grader",
         version="1",
-        summary="Upload a Triton kernel; a GPU worker grades it; see verdicts and the leaderboard.",
+        summary="Upload a Triton kernel; a GPU worker grades it; see verdicts and the leaderboard; "
+        "run a course (deadlines, roles, regrades, disqualification, grade exports).",
         docs_url="/docs",
         lifespan=lifespan,
     )
@@ -39,6 +50,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.engine = engine
     app.state.session_factory = create_session_factory(engine)
     install_error_handlers(app)
-    for router in (students.router, submissions.router, leaderboard.router, health.router):
+    for router in (me.router, students.router, staff.router, assignments.router,
+                   submissions.router, regrades.router, leaderboard.router, audit.router,
+                   health.router):
         app.include_router(router)
     return app

@@ -41,8 +41,8 @@ class SubmissionsCollector(Collector):
         heartbeats = repository.list_worker_heartbeats(session)
 
         yield GaugeMetricFamily(
-            "grader_queue_depth", "Submissions waiting for a worker",
-            value=by_status.get(SubmissionStatus.QUEUED, 0),
+            "grader_queue_depth", "Gradings waiting for a worker (uploads, regrades, final runs)",
+            value=repository.count_queued_gradings(session),
         )
         status_gauge = GaugeMetricFamily(
             "grader_submissions", "Submissions by current status", labels=["status"]

@@ -1,13 +1,21 @@
-"""API schemas (pydantic), separate from the ORM models in submissions/models.py."""
+"""API schemas (pydantic): the wire contract of the HTTP API, separate from the ORM models
+in submissions/models.py (api/presenters.py maps one to the other).
+
+This module imports pydantic only, so the command-line client (client/, installed without
+the service's dependencies) parses the API's answers with these same models.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
-from submissions.models import Submission
+Role = Literal["student", "ta", "instructor"]
+StaffRoleName = Literal["instructor", "ta"]
+Verdict = Literal["passed", "failed", "error"]
+Status = Literal["queued", "running", "passed", "failed", "error"]
 
 
 class ErrorBody(BaseModel):
@@ -22,11 +30,34 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
+# ------------------------------------------------------------------------------ me
+
+
+class Me(BaseModel):
+    """Who the token belongs to. `id` is None for the bootstrap instructor."""
+
+    role: Role
+    id: int | None
+    name: str
+
+
+class TokenIssued(BaseModel):
+    """A new token (shown only here; only its hash is stored). The old one no longer works."""
+
+    kind: Literal["student", "staff"]
+    id: int
+    name: str
+    token: str
+
+
 # ------------------------------------------------------------------------- students
 
 
 class StudentCreate(BaseModel):
     name: str = Field(min_length=1, max_length=200)
+    email: str | None = Field(None, max_length=320, description="optional, unique")
+    external_id: str | None = Field(None, max_length=100,
+                                    description="the institution's student id; optional, unique")
 
 
 class StudentCreated(BaseModel):
@@ -35,12 +66,136 @@ class StudentCreated(BaseModel):
     id: int
     name: str
     token: str
+    email: str | None = None
+    external_id: str | None = None
 
 
 class StudentRead(BaseModel):
     id: int
     name: str
+    email: str | None = None
+    external_id: str | None = None
     created_at: dt.datetime
+    token_rotated_at: dt.datetime | None = None
+
+
+class RosterImported(BaseModel):
+    """A roster import: the students created (with their tokens) and the rows that matched
+    existing students (who keep their tokens)."""
+
+    created: list[StudentCreated]
+    existing: list[StudentRead]
+
+
+# ---------------------------------------------------------------------------- staff
+
+
+class StaffCreate(BaseModel):
+    name: str = Field(min_length=1, max_length=200)
+    role: StaffRoleName
+
+
+class StaffCreated(BaseModel):
+    """A new staff account; `token` is shown only here."""
+
+    id: int
+    name: str
+    role: StaffRoleName
+    token: str
+
+
+class StaffRead(BaseModel):
+    id: int
+    name: str
+    role: StaffRoleName
+    created_at: dt.datetime
+    token_rotated_at: dt.datetime | None = None
+
+
+# ---------------------------------------------------------------------- assignments
+
+
+class SpeedThreshold(BaseModel):
+    """`points` for a headline speedup of at least `min_speedup`."""
+
+    min_speedup: float = Field(gt=0, allow_inf_nan=False)
+    points: float = Field(ge=0, allow_inf_nan=False)
+
+
+class Points(BaseModel):
+    """score = correctness_points (every check passed) + the points of the highest speed
+    threshold the headline speedup reaches (docs/course.md, "Points")."""
+
+    correctness_points: float
+    speed_points: list[SpeedThreshold]
+    max_points: float
+
+
+class AssignmentUpdate(BaseModel):
+    """Settings to change (only the fields sent change; `null` clears a date or a limit).
+    Times are UTC (or carry an offset)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    opens_at: AwareDatetime | None = None
+    due_at: AwareDatetime | None = None
+    late_policy: Literal["refuse", "mark_late"] | None = None
+    max_submissions: int | None = Field(None, ge=1, le=1_000_000)
+    rate_limit_submissions: int | None = Field(None, ge=1, le=1_000_000,
+                                               description="null: the service's default")
+    rate_limit_window_s: float | None = Field(None, gt=0, le=366 * 86400,
+                                              description="null: the service's default")
+    leaderboard_visible: bool | None = None
+    correctness_points: float | None = Field(None, ge=0, le=1_000_000, allow_inf_nan=False)
+    speed_points: list[SpeedThreshold] | None = Field(None, max_length=50)
+
+    @field_validator("late_policy", "leaderboard_visible", "correctness_points", "speed_points")
+    @classmethod
+    def _not_null(cls, value: Any) -> Any:
+        # null is meaningful for dates and limits only; these fields always have a value.
+        if value is None:
+            raise ValueError("must not be null")
+        return value
+
+
+class Quota(BaseModel):
+    """The calling student's use of the assignment."""
+
+    submissions_used: int = Field(description="infrastructure errors do not count")
+    submissions_left: int | None = Field(description="null: no maximum")
+
+
+class FinalRunBrief(BaseModel):
+    """The latest final ranking run (its seed is never shown here)."""
+
+    id: int
+    created_at: dt.datetime
+    finished: bool
+
+
+class AssignmentRead(BaseModel):
+    name: str
+    title: str
+    function: str
+    module_file: str
+    opens_at: dt.datetime | None = Field(description="UTC; null: open")
+    due_at: dt.datetime | None = Field(description="UTC; null: no due date")
+    late_policy: Literal["refuse", "mark_late"]
+    is_open: bool = Field(description="uploads accepted now (late ones included)")
+    is_past_due: bool
+    max_submissions: int | None
+    rate_limit_submissions: int
+    rate_limit_window_s: float
+    leaderboard_visible: bool
+    points: Points
+    final_run: FinalRunBrief | None
+    you: Quota | None = Field(None, description="students only")
+    updated_at: dt.datetime | None = None
+    updated_by: str | None = Field(None, description="staff only")
+
+
+class AssignmentList(BaseModel):
+    assignments: list[AssignmentRead]
 
 
 # ---------------------------------------------------------------------- submissions
@@ -49,6 +204,11 @@ class StudentRead(BaseModel):
 class SubmissionCreated(BaseModel):
     id: int
     status: str = Field(examples=["queued"])
+    assignment: str
+    late: bool = Field(description="uploaded after the due date (never ranked)")
+    due_at: dt.datetime | None
+    submissions_used: int
+    max_submissions: int | None
 
 
 class CheckVerdictRead(BaseModel):
@@ -70,6 +230,19 @@ class CapturedLog(BaseModel):
     truncated: bool
 
 
+class ScoreRead(BaseModel):
+    correctness_points: float
+    speed_points: float
+    total: float
+    max_total: float
+
+
+class Disqualification(BaseModel):
+    reason: str
+    at: dt.datetime
+    by: str | None = Field(None, description="staff only")
+
+
 class SubmissionSummary(BaseModel):
     id: int
     student_id: int
@@ -78,16 +251,23 @@ class SubmissionSummary(BaseModel):
     headline_speedup: float | None
     created_at: dt.datetime
     finished_at: dt.datetime | None
+    late: bool = False
+    disqualified: bool = False
+    score: ScoreRead | None = Field(None, description="null until graded")
 
 
 class SubmissionRead(SubmissionSummary):
-    """A submission as its owner sees it; the instructor also gets the fields marked
-    instructor-only (None for students)."""
+    """A submission as its owner sees it: its current grading (the one that counts). Staff
+    also get the fields marked staff-only (null for students)."""
 
     student_name: str
     filename: str | None
     source_sha256: str
     source_bytes: int
+    due_at: dt.datetime | None = None
+    disqualification: Disqualification | None = None
+    grading_id: int | None = None
+    grader_version: str | None = None
     checks: list[CheckVerdictRead]
     error: GradingError | None
     benchmark: dict[str, Any] | None
@@ -98,92 +278,204 @@ class SubmissionRead(SubmissionSummary):
     grading_duration_s: float | None
     worker_id: str | None
     attempts: int
-    # Instructor-only.
+    result: dict[str, Any] | None = Field(
+        None, description="the grader's result document; for students without its `seed`")
+    # Staff-only.
     seed: int | None = None
-    result: dict[str, Any] | None = None
     grader_exit_code: int | None = None
     grader_stderr: str | None = None
     last_attempt_error: str | None = None
-
-    @classmethod
-    def from_submission(cls, submission: Submission, *, instructor_view: bool) -> SubmissionRead:
-        error = (
-            GradingError(kind=submission.error_kind, message=submission.error_message)
-            if submission.error_kind
-            else None
-        )
-        log = (
-            CapturedLog(text=submission.log_text, truncated=bool(submission.log_truncated))
-            if submission.log_text is not None
-            else None
-        )
-        instructor_fields: dict[str, Any] = {}
-        if instructor_view:
-            instructor_fields = {
-                "seed": submission.seed,
-                "result": submission.result,
-                "grader_exit_code": submission.grader_exit_code,
-                "grader_stderr": submission.grader_stderr,
-                "last_attempt_error": submission.last_attempt_error,
-            }
-        return cls(
-            id=submission.id,
-            student_id=submission.student_id,
-            student_name=submission.student.name,
-            assignment=submission.assignment,
-            status=submission.status,
-            headline_speedup=submission.headline_speedup,
-            created_at=submission.created_at,
-            finished_at=submission.finished_at,
-            filename=submission.original_filename,
-            source_sha256=submission.source_sha256,
-            source_bytes=submission.source_bytes,
-            checks=[
-                CheckVerdictRead(
-                    name=c.name, passed=c.passed, skipped=c.skipped,
-                    message=c.message, numbers=c.numbers,
-                )
-                for c in submission.checks
-            ],
-            error=error,
-            benchmark=submission.benchmark,
-            device=submission.device,
-            versions=submission.versions,
-            log=log,
-            started_at=submission.started_at,
-            grading_duration_s=submission.grading_duration_s,
-            worker_id=submission.worker_id,
-            attempts=submission.attempts,
-            **instructor_fields,
-        )
 
 
 class SubmissionList(BaseModel):
     submissions: list[SubmissionSummary]
 
 
+class GradingRead(BaseModel):
+    """One grading of a submission: its upload's, a regrade, or a final ranking run's."""
+
+    id: int
+    submission_id: int
+    purpose: Literal["submission", "regrade", "final"]
+    is_current: bool = Field(description="the grading that counts for the submission")
+    status: Status
+    created_at: dt.datetime
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+    attempts: int
+    grader_version: str | None
+    device: str | None
+    headline_speedup: float | None
+    error: GradingError | None
+    checks: list[CheckVerdictRead]
+    score: ScoreRead | None
+    regrade_batch_id: int | None
+    final_run_id: int | None
+    replaces_grading_id: int | None
+    # Staff-only.
+    seed: int | None = None
+    requested_by: str | None = None
+    worker_id: str | None = None
+
+
+class GradingList(BaseModel):
+    gradings: list[GradingRead]
+
+
+class DisqualifyRequest(BaseModel):
+    reason: str = Field(min_length=1, max_length=2000, description="shown to the student")
+
+
+class RestoreRequest(BaseModel):
+    reason: str | None = Field(None, max_length=2000, description="recorded in the audit log")
+
+
 # ---------------------------------------------------------------------- leaderboard
 
 
 class LeaderboardRow(BaseModel):
-    """One student's best passing submission. For a student viewer, other rows are
-    anonymous (`student_id`, `student_name` and `submission_id` are None)."""
+    """One student's ranked submission. For a student viewer, other rows are anonymous
+    (`student_id`, `student_name`, `submission_id`, `submitted_at` and `score` are null)."""
 
-    rank: int
+    rank: int | None = Field(description="null: not ranked (see `reason`)")
     is_you: bool
     student_id: int | None
     student_name: str | None
     submission_id: int | None
     headline_speedup: float | None = Field(
-        description="geomean speedup vs the baseline (higher is better); None: no GPU benchmark"
+        description="geomean speedup vs the baseline (higher is better); the final run's "
+                    "once there is one; null: no GPU benchmark"
     )
     device: str | None
-    submitted_at: dt.datetime
+    submitted_at: dt.datetime | None
+    reason: str | None = None
+    score: ScoreRead | None = None
 
 
 class Leaderboard(BaseModel):
     assignment: str
+    phase: Literal["provisional", "final"]
+    final_run_id: int | None = None
     rows: list[LeaderboardRow]
+
+
+# ------------------------------------------------------------------------- regrades
+
+
+class RegradeCreate(BaseModel):
+    """Which submissions to re-run: the assignment's submissions whose current grading
+    finished, narrowed by any of the optional filters."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    assignment: str = Field(max_length=100)
+    student_id: int | None = Field(None, ge=1)
+    status: Verdict | None = Field(None, description="current verdict")
+    grader_version: str | None = Field(None, max_length=100,
+                                       description="current grading's versions.grader")
+    submission_ids: list[int] | None = Field(None, max_length=2000)
+
+
+class GradingBrief(BaseModel):
+    id: int
+    status: Status
+    error_kind: str | None
+    error_message: str | None
+    headline_speedup: float | None
+    grader_version: str | None
+    checks_passed: int
+    checks_failed: int
+    checks_not_run: int
+    score: ScoreRead | None
+    finished_at: dt.datetime | None
+
+
+class RegradeRow(BaseModel):
+    submission_id: int
+    student_id: int
+    student_name: str
+    disqualified: bool
+    before: GradingBrief | None
+    after: GradingBrief
+    verdict_changed: bool
+    score_delta: float | None
+    applicable: bool = Field(description="finished with a verdict (not an infrastructure error)")
+    applied: bool
+
+
+class RegradeSummary(BaseModel):
+    id: int
+    assignment: str
+    state: Literal["open", "applied", "discarded"]
+    selection: dict[str, Any]
+    created_at: dt.datetime
+    created_by: str
+    decided_at: dt.datetime | None
+    decided_by: str | None
+
+
+class RegradeRead(RegradeSummary):
+    """A batch with its side-by-side comparison (old grading vs new)."""
+
+    total: int
+    pending: int
+    changed: int
+    left_out_busy: int | None = Field(None, description="on creation: matching submissions "
+                                      "left out because another open batch regrades them")
+    unchanged: list[int] | None = Field(None, description="on apply: submissions that kept "
+                                        "their grading")
+    rows: list[RegradeRow]
+
+
+class RegradeList(BaseModel):
+    regrades: list[RegradeSummary]
+
+
+# ------------------------------------------------------------------------ final runs
+
+
+class FinalRunRow(BaseModel):
+    student_id: int
+    student_name: str
+    submission_id: int
+    grading_id: int
+    status: Status
+    headline_speedup: float | None
+    reason: str | None
+    disqualified: bool
+
+
+class FinalRunRead(BaseModel):
+    """A final ranking run (staff only: it carries the secret seed)."""
+
+    id: int
+    assignment: str
+    created_at: dt.datetime
+    created_by: str
+    seed: int
+    students: int
+    pending: int
+    rows: list[FinalRunRow]
+
+
+# ---------------------------------------------------------------------------- audit
+
+
+class AuditEventRead(BaseModel):
+    id: int
+    created_at: dt.datetime
+    actor_kind: str
+    actor_name: str
+    actor_staff_id: int | None
+    action: str
+    target_type: str | None
+    target_id: str | None
+    assignment: str | None
+    details: dict[str, Any] | None
+
+
+class AuditLog(BaseModel):
+    events: list[AuditEventRead]
 
 
 # --------------------------------------------------------------------------- health

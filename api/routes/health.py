@@ -13,7 +13,7 @@ from api.deps import SessionDep, SettingsDep
 from api.metrics import build_registry
 from api.schemas import Health, WorkerHealth
 from submissions import repository
-from submissions.models import SubmissionStatus, utc_now
+from submissions.models import utc_now
 
 router = APIRouter(tags=["health"])
 
@@ -25,9 +25,7 @@ def read_health(session: SessionDep, settings: SettingsDep) -> Health | JSONResp
     cutoff = utc_now() - dt.timedelta(seconds=settings.worker_stale_after_s)
     try:
         repository.ping(session)
-        queue_depth = repository.count_submissions_by_status(session).get(
-            SubmissionStatus.QUEUED, 0
-        )
+        queue_depth = repository.count_queued_gradings(session)
         heartbeats = repository.list_worker_heartbeats(session)
     except SQLAlchemyError:
         session.rollback()

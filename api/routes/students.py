@@ -1,29 +1,97 @@
-"""Students: created by the instructor, each with a bearer token shown once."""
+"""Students: created by an instructor (one by one or from a roster CSV), each with a bearer
+token shown once; tokens can be rotated."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, status
-from api.deps import InstructorOnly, SessionDep
-from api.schemas import ErrorResponse, StudentCreate, StudentCreated, StudentRead
-from submissions import repository, service
-from submissions.models import utc_now
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query, status
+from fastapi.responses import Response
+
+from api.bodies import CSV_OPENAPI, CsvBody
+from api.deps import InstructorOnly, NowDep, SessionDep, StaffOnly
+from api.presenters import student_read
+from api.schemas import (
+    ErrorResponse,
+    RosterImported,
+    StudentCreate,
+    StudentCreated,
+    StudentRead,
+    TokenIssued,
+)
+from submissions import repository, roster, service
+from submissions.errors import StudentNotFound
 
 router = APIRouter(prefix="/api/v1/students", tags=["students"])
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=StudentCreated,
-             responses={409: {"model": ErrorResponse, "description": "name taken "
-                              "(student_name_taken; compared trimmed, ignoring case)"},
-                        422: {"model": ErrorResponse, "description": "blank name"}})
-def create_student(body: StudentCreate, session: SessionDep, _: InstructorOnly) -> StudentCreated:
+             responses={409: {"model": ErrorResponse, "description": "name, e-mail or roster id "
+                              "taken (student_name_taken: compared trimmed, ignoring case; "
+                              "student_email_taken; student_external_id_taken)"},
+                        422: {"model": ErrorResponse, "description": "blank name, malformed "
+                              "e-mail (student_field_invalid)"}})
+def create_student(body: StudentCreate, session: SessionDep, principal: InstructorOnly,
+                   now: NowDep) -> StudentCreated:
     """Create a student and return their token (only a hash of it is stored). Names are
-    unique ignoring case and surrounding spaces: a duplicate is refused with 409."""
-    created = service.create_student(session, name=body.name, now=utc_now())
-    return StudentCreated(id=created.student.id, name=created.student.name, token=created.token)
+    unique ignoring case and surrounding spaces; e-mails and roster ids are unique too."""
+    created = service.create_student(session, name=body.name, email=body.email,
+                                     external_id=body.external_id, now=now,
+                                     actor=principal.actor)
+    student = created.student
+    return StudentCreated(id=student.id, name=student.name, token=created.token,
+                          email=student.email, external_id=student.external_id)
 
 
 @router.get("", response_model=list[StudentRead])
-def list_students(session: SessionDep, _: InstructorOnly) -> list[StudentRead]:
-    """All students (instructor only)."""
-    students = repository.list_students(session)
-    return [StudentRead(id=s.id, name=s.name, created_at=s.created_at) for s in students]
+def list_students(session: SessionDep, _: StaffOnly) -> list[StudentRead]:
+    """All students (staff)."""
+    return [student_read(s) for s in repository.list_students(session)]
+
+
+@router.post(
+    "/import", response_model=RosterImported, openapi_extra=CSV_OPENAPI,
+    responses={200: {"content": {"text/csv": {}},
+                     "description": "JSON, or with ?format=csv a CSV of "
+                     "student_id,name,email,id,token (token empty for existing students)"},
+               422: {"model": ErrorResponse, "description": "roster_invalid: nothing was "
+                     "imported; `errors` lists every problem with its line"}},
+)
+def import_roster(
+    text: CsvBody, session: SessionDep, principal: InstructorOnly, now: NowDep,
+    format: Annotated[Literal["json", "csv"], Query()] = "json",  # noqa: A002
+) -> RosterImported | Response:
+    """Import a roster CSV (header `name,email,id`; e-mail and id optional; other columns
+    ignored): new students are created with fresh tokens, rows matching existing students
+    keep theirs. All or nothing."""
+    imported = roster.import_roster(session, text=text, actor=principal.actor, now=now)
+    if format == "csv":
+        return Response(roster.tokens_csv(imported), media_type="text/csv; charset=utf-8",
+                        headers={"Content-Disposition": 'attachment; filename="tokens.csv"'})
+    return RosterImported(
+        created=[StudentCreated(id=i.student.id, name=i.student.name, token=i.token or "",
+                                email=i.student.email, external_id=i.student.external_id)
+                 for i in imported if i.created],
+        existing=[student_read(i.student) for i in imported if not i.created],
+    )
+
+
+@router.get("/{student_id}", response_model=StudentRead,
+            responses={404: {"model": ErrorResponse}})
+def read_student(student_id: int, session: SessionDep, _: StaffOnly) -> StudentRead:
+    """One student (staff)."""
+    student = repository.get_student(session, student_id=student_id)
+    if student is None:
+        raise StudentNotFound(f"no student {student_id}")
+    return student_read(student)
+
+
+@router.post("/{student_id}/token", response_model=TokenIssued,
+             responses={404: {"model": ErrorResponse}})
+def rotate_student_token(student_id: int, session: SessionDep, principal: InstructorOnly,
+                         now: NowDep) -> TokenIssued:
+    """Give the student a new token (a lost or leaked one stops working at once)."""
+    issued = service.rotate_student_token(session, student_id=student_id,
+                                          actor=principal.actor, now=now)
+    return TokenIssued(kind="student", id=issued.student.id, name=issued.student.name,
+                       token=issued.token)

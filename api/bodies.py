@@ -1,0 +1,58 @@
+"""Reading a small text body (a roster CSV) with a hard size cap, as it streams in."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from submissions.errors import SourceNotUtf8, UploadMalformed, UploadTooLarge
+
+#: Largest roster accepted, bytes (a class of 10 000 with long names and e-mails fits).
+MAX_ROSTER_BYTES = 2 * 1024 * 1024
+
+#: OpenAPI description of a CSV request body (the dependency reads the stream itself).
+CSV_OPENAPI = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "text/csv": {
+                "schema": {"type": "string"},
+                "example": "name,email,id\nAda Lovelace,ada@example.edu,s001\n",
+            }
+        },
+    }
+}
+
+
+async def read_csv_body(request: Request) -> str:
+    """The request body as text: ``Content-Type: text/csv`` (UTF-8), at most
+    MAX_ROSTER_BYTES. Only awaits network reads, so it is an ``async`` dependency.
+
+    Raises:
+        UploadMalformed: another content type.
+        UploadTooLarge: a larger body (checked while reading).
+        SourceNotUtf8: not UTF-8.
+    """
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type not in {"text/csv", "text/plain"}:
+        raise UploadMalformed("send the roster as the request body with "
+                              "Content-Type: text/csv (curl --data-binary @roster.csv)")
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_ROSTER_BYTES:
+        raise UploadTooLarge(f"the roster is larger than {MAX_ROSTER_BYTES} bytes",
+                             max_bytes=MAX_ROSTER_BYTES)
+    body = bytearray()
+    async for chunk in request.stream():
+        body.extend(chunk)
+        if len(body) > MAX_ROSTER_BYTES:
+            raise UploadTooLarge(f"the roster is larger than {MAX_ROSTER_BYTES} bytes",
+                                 max_bytes=MAX_ROSTER_BYTES)
+    try:
+        return bytes(body).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SourceNotUtf8(f"the roster is not UTF-8 text: {exc.reason} at byte "
+                            f"{exc.start}") from None
+
+
+CsvBody = Annotated[str, Depends(read_csv_body)]
