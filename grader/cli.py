@@ -1,9 +1,12 @@
 """The ``grader`` console script.
 
 Grading commands live here (``check``, ``benchmark``, ``assignments``, ``template``). The
-service commands (``serve``, ``worker``, ``students``, ``submit``, ...) belong to the service
-layer and are loaded from ``submissions.cli`` only when asked for, so ``grader check`` works
-with the grading layer alone and the service never imports torch.
+other commands belong to other layers and are loaded only when asked for, each from the
+module that implements it (`COMMAND_MODULES`): ``serve`` (api/cli.py), ``worker``,
+``students``, ``staff`` (submissions/cli.py), and the HTTP client's ``submit``, ``status``,
+``history``, ``course`` (client/). So ``grader check`` works with the grading layer alone, the
+service never imports torch, and a student's install without extras (httpx, rich, pydantic)
+runs the client. A command whose extra is not installed says which one to install.
 
 Exit codes of ``grader check`` (grader.contract.ExitCode): 0 passed, 1 failed, 2 error caused
 by the submission, 3 infrastructure error (no verdict; the worker retries).
@@ -19,11 +22,24 @@ from pathlib import Path
 from grader.contract import ErrorKind, ExitCode, GradingError, ResultDocument, Verdict
 from grader.manifest import DEFAULT_ASSIGNMENT, MANIFESTS
 
-SERVICE_COMMANDS = {
-    "serve": "run the API with an embedded worker (SQLite under ./var by default)",
-    "worker": "run a standalone grading worker",
-    "students": "manage students: `grader students add NAME` prints a token",
-    "submit": "upload a file to a grader server and wait for its verdict",
+#: Command -> (module, function, help). Loaded only when the command runs.
+COMMAND_MODULES = {
+    "submit": ("client.cli", "submit", "upload a file to the grading service and wait for its verdict"),
+    "status": ("client.cli", "status", "one of your submissions in full (default: the latest)"),
+    "history": ("client.cli", "history", "your assignments (due dates, limits) and submissions"),
+    "course": ("client.course", "main", "staff: settings, roster, regrades, disqualification, "
+               "final run, exports (over HTTP)"),
+    "serve": ("api.cli", "serve", "run the API with an embedded worker (SQLite by default)"),
+    "worker": ("submissions.cli", "worker", "run a standalone grading worker"),
+    "students": ("submissions.cli", "students", "manage students in the database: add, list, "
+                 "import a roster, rotate a token"),
+    "staff": ("submissions.cli", "staff", "manage instructor and TA accounts in the database"),
+}
+#: Which extra of `pip install kernel-grader[...]` provides a missing top-level module.
+EXTRA_FOR_MODULE = {
+    **dict.fromkeys(("fastapi", "uvicorn", "sqlalchemy", "alembic", "psycopg",
+                     "python_multipart", "prometheus_client", "pydantic_settings"), "server"),
+    **dict.fromkeys(("torch", "triton", "numpy", "safetensors", "psutil"), "grader"),
 }
 
 
@@ -137,21 +153,36 @@ def build_parser() -> argparse.ArgumentParser:
     template.add_argument("--output", default=None, help="where to write it (default: the assignment's file name; - for stdout)")
     template.set_defaults(handler=_template)
 
-    for name, help_text in SERVICE_COMMANDS.items():
-        service = commands.add_parser(name, help=help_text, add_help=False)
-        service.add_argument("rest", nargs=argparse.REMAINDER)
-        service.set_defaults(handler=None, service_command=name)
+    for name, (_module, _function, help_text) in COMMAND_MODULES.items():
+        other = commands.add_parser(name, help=help_text, add_help=False)
+        other.add_argument("rest", nargs=argparse.REMAINDER)
+        other.set_defaults(handler=None, service_command=name)
     return parser
+
+
+def _missing_extra(exc: ModuleNotFoundError, command: str) -> int:
+    module = (exc.name or "").split(".")[0]
+    extra = EXTRA_FOR_MODULE.get(module)
+    if extra is None:
+        raise exc
+    print(f"grader {command} needs the `{extra}` extra ({module} is not installed): "
+          f"pip install 'kernel-grader[{extra}]' (from a checkout: pip install -e '.[{extra}]')",
+          file=sys.stderr)
+    return ExitCode.INFRASTRUCTURE
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``grader`` console script; returns the process exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in SERVICE_COMMANDS:
-        service_cli = importlib.import_module("submissions.cli")
-        return int(getattr(service_cli, argv[0])(argv[1:]) or 0)
-    args = build_parser().parse_args(argv)
-    return int(args.handler(args) or 0)
+    command = argv[0] if argv else ""
+    try:
+        if command in COMMAND_MODULES:
+            module, function, _help = COMMAND_MODULES[command]
+            return int(getattr(importlib.import_module(module), function)(argv[1:]) or 0)
+        args = build_parser().parse_args(argv)
+        return int(args.handler(args) or 0)
+    except ModuleNotFoundError as exc:
+        return _missing_extra(exc, command)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -66,12 +66,15 @@ def render_result(document: ResultDocument | dict[str, Any], console: Console | 
     elif benchmark is not None and (benchmark.error or (benchmark.headline and benchmark.headline.reason)):
         console.print(f"benchmark: no score: {benchmark.error or benchmark.headline.reason}")
     colour = {"passed": "green", "failed": "red"}.get(document.verdict.value, "yellow")
+    # A result read from the service has no seed (students never see one): leave it out.
+    seed = f"seed {document.seed}, " if "seed" in document.model_fields_set else ""
+    sandbox = f", sandbox: {document.sandbox}" if document.sandbox else ""
     passed = sum(1 for c in document.checks if c.passed)
     not_run = sum(1 for c in document.checks if c.skipped)
     console.print(
         f"[bold {colour}]{document.verdict.value}[/]: {passed}/{len(document.checks)} checks passed"
         + (f", {not_run} not run" if not_run else "")
-        + f" (seed {document.seed}, {document.duration_s:.1f} s, sandbox: {document.sandbox})"
+        + f" ({seed}{document.duration_s:.1f} s{sandbox})"
     )
     log = document.log
     if log.text:

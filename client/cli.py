@@ -1,0 +1,288 @@
+"""Students' commands: ``grader submit``, ``grader status``, ``grader history``.
+
+Each takes its own argv and returns an exit code. The server and the token come from
+``--server`` / ``--token`` or the environment (``GRADER_SERVER``, default
+http://127.0.0.1:8000; ``GRADER_TOKEN``).
+
+Exit codes of ``submit`` and ``status``: 0 passed, 1 failed, 2 error (the file could not be
+graded, the upload was refused, or the server answered with an error), 3 no verdict yet
+(``status`` without ``--wait``, or ``submit`` past ``--timeout``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from api.schemas import AssignmentList, SubmissionCreated, SubmissionList, SubmissionRead
+from client.http import ApiError, ServiceClient, resolve_server, resolve_token
+from grader.manifest import DEFAULT_ASSIGNMENT
+from grader.report import render_result
+
+EXIT_PASSED, EXIT_FAILED, EXIT_ERROR, EXIT_PENDING = 0, 1, 2, 3
+TERMINAL = {"passed", "failed", "error"}
+
+
+def _connection_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--server", help="the service's URL (default: $GRADER_SERVER, else "
+                        "http://127.0.0.1:8000)")
+    parser.add_argument("--token", help="your token (default: $GRADER_TOKEN)")
+
+
+def _client(args: argparse.Namespace, console: Console) -> ServiceClient | None:
+    token = resolve_token(args.token)
+    if token is None:
+        console.print("[red]no token: pass --token T or set GRADER_TOKEN[/red]")
+        return None
+
+    def tell(why: str, seconds: float) -> None:
+        console.print(f"[yellow]{why}; retrying in {seconds:.0f} s[/yellow]")
+
+    return ServiceClient(resolve_server(args.server), token, on_retry=tell)
+
+
+def print_api_error(console: Console, error: ApiError) -> None:
+    """One red line: ``refused (422 source_syntax_error): ...``."""
+    label = "error" if error.status == 0 else f"refused ({error.status} {error.code})"
+    console.print(f"[red]{label}: {error.message}[/red]", highlight=False)
+
+
+def _utc(moment: dt.datetime | None) -> str:
+    if moment is None:
+        return "-"
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+# ----------------------------------------------------------------------------- render
+
+
+def result_document(submission: SubmissionRead) -> dict[str, Any]:
+    """The result document to render: the stored one when the grader produced it, else
+    one built from the submission's fields (queued, or broken on our side)."""
+    if submission.result is not None:
+        return submission.result
+    return {
+        "assignment": submission.assignment,
+        "device": submission.device,
+        "verdict": submission.status,
+        "error": None if submission.error is None else submission.error.model_dump(),
+        "checks": [{**(c.numbers or {}), "name": c.name, "passed": c.passed,
+                    "skipped": c.skipped, "message": c.message} for c in submission.checks],
+        "benchmark": submission.benchmark,
+        "log": None if submission.log is None else submission.log.model_dump(),
+        "duration_s": submission.grading_duration_s or 0.0,
+    }
+
+
+def render_submission(console: Console, submission: SubmissionRead) -> None:
+    """The per-check table (grader/report.py, as `grader check` prints it), then what the
+    service adds: score, lateness, disqualification."""
+    console.print(f"submission [bold]{submission.id}[/bold] ({submission.assignment}, "
+                  f"{submission.filename or 'no file name'}, uploaded "
+                  f"{_utc(submission.created_at)}): [bold]{submission.status}[/bold]")
+    render_result(result_document(submission), console, source_name=submission.filename)
+    if submission.score is not None:
+        score = submission.score
+        console.print(f"score: [bold]{score.total:g}[/bold] of {score.max_total:g} "
+                      f"(correctness {score.correctness_points:g} + speed "
+                      f"{score.speed_points:g})")
+    if submission.late:
+        console.print(f"[yellow]late: uploaded after the due date ({_utc(submission.due_at)}); "
+                      "never ranked[/yellow]")
+    if submission.disqualification is not None:
+        console.print(f"[red]disqualified on {_utc(submission.disqualification.at)}: "
+                      f"{submission.disqualification.reason}[/red]", highlight=False)
+
+
+def _exit_code(status: str) -> int:
+    return {"passed": EXIT_PASSED, "failed": EXIT_FAILED, "error": EXIT_ERROR}.get(
+        status, EXIT_PENDING)
+
+
+def wait_for_verdict(client: ServiceClient, console: Console, submission_id: int, *,
+                     timeout_s: float, poll_interval_s: float) -> SubmissionRead | None:
+    """Poll the submission until it has a verdict (None after `timeout_s`). The interval
+    grows from `poll_interval_s` to 10 s while the grading waits in the queue."""
+    started = time.monotonic()
+    interval = poll_interval_s
+    with console.status("waiting for a worker...") as progress:
+        while True:
+            submission = SubmissionRead.model_validate(
+                client.get_json(f"/api/v1/submissions/{submission_id}"))
+            if submission.status in TERMINAL:
+                return submission
+            elapsed = time.monotonic() - started
+            if submission.status == "running":
+                progress.update(f"grading (attempt {submission.attempts}) ... {elapsed:.0f} s")
+                interval = poll_interval_s
+            else:
+                progress.update(f"queued ... {elapsed:.0f} s")
+                interval = min(interval * 1.5, 10.0)
+            if elapsed > timeout_s:
+                return None
+            time.sleep(interval)
+
+
+# ----------------------------------------------------------------------------- submit
+
+
+def submit(argv: list[str]) -> int:
+    """`grader submit FILE`: upload, wait for the verdict, print it."""
+    parser = argparse.ArgumentParser(
+        prog="grader submit", description="Upload a file, wait for its grading and print "
+        "the verdicts. Exit code: 0 passed, 1 failed, 2 error or refused, 3 no verdict in time.")
+    parser.add_argument("file", type=Path)
+    _connection_arguments(parser)
+    parser.add_argument("--assignment", default=DEFAULT_ASSIGNMENT)
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait")
+    parser.add_argument("--poll-interval", type=float, default=1.0, help="seconds")
+    parser.add_argument("--no-wait", action="store_true", help="upload and return")
+    args = parser.parse_args(argv)
+
+    console, errors = Console(), Console(stderr=True)
+    try:
+        content = args.file.read_bytes()
+    except OSError as exc:
+        errors.print(f"[red]cannot read {args.file}: {exc}[/red]")
+        return EXIT_ERROR
+    client = _client(args, errors)
+    if client is None:
+        return EXIT_ERROR
+    with client:
+        try:
+            response = client.request(
+                "POST", "/api/v1/submissions", expect=(202,),
+                files={"file": (args.file.name, content, "text/x-python")},
+                data={"assignment": args.assignment})
+            created = SubmissionCreated.model_validate(response.json())
+            late = " [yellow](late: after the due date, never ranked)[/yellow]" if created.late else ""
+            limit = (f", {created.submissions_used} of {created.max_submissions} used"
+                     if created.max_submissions else "")
+            due = f", due {_utc(created.due_at)}" if created.due_at else ""
+            console.print(f"submission [bold]{created.id}[/bold] queued "
+                          f"({created.assignment}{due}{limit}){late}")
+            if args.no_wait:
+                return EXIT_PENDING
+            submission = wait_for_verdict(client, console, created.id, timeout_s=args.timeout,
+                                          poll_interval_s=args.poll_interval)
+        except ApiError as error:
+            print_api_error(errors, error)
+            return EXIT_ERROR
+    if submission is None:
+        errors.print(f"[red]no verdict after {args.timeout:g} s; check later with "
+                     f"`grader status {created.id}`[/red]")
+        return EXIT_PENDING
+    render_submission(console, submission)
+    return _exit_code(submission.status)
+
+
+# ----------------------------------------------------------------------------- status
+
+
+def status(argv: list[str]) -> int:
+    """`grader status [ID]`: one submission in full (default: your latest)."""
+    parser = argparse.ArgumentParser(
+        prog="grader status", description="Print one of your submissions in full: verdicts, "
+        "log, score, lateness (default: the latest). Exit code as `grader submit`.")
+    parser.add_argument("submission_id", nargs="?", type=int)
+    _connection_arguments(parser)
+    parser.add_argument("--wait", action="store_true", help="wait for the verdict")
+    parser.add_argument("--timeout", type=float, default=3600.0)
+    parser.add_argument("--source", action="store_true",
+                        help="print the stored source file instead")
+    parser.add_argument("--json", action="store_true", help="print the API's JSON answer")
+    args = parser.parse_args(argv)
+
+    console, errors = Console(), Console(stderr=True)
+    client = _client(args, errors)
+    if client is None:
+        return EXIT_ERROR
+    with client:
+        try:
+            submission_id = args.submission_id
+            if submission_id is None:
+                latest = SubmissionList.model_validate(
+                    client.get_json("/api/v1/submissions", params={"limit": 1})).submissions
+                if not latest:
+                    errors.print("you have no submission yet")
+                    return EXIT_ERROR
+                submission_id = latest[0].id
+            if args.source:
+                response = client.request("GET", f"/api/v1/submissions/{submission_id}/source")
+                sys.stdout.write(response.text)
+                return EXIT_PASSED
+            submission = SubmissionRead.model_validate(
+                client.get_json(f"/api/v1/submissions/{submission_id}"))
+            if args.wait and submission.status not in TERMINAL:
+                submission = wait_for_verdict(client, console, submission_id,
+                                              timeout_s=args.timeout, poll_interval_s=1.0) \
+                    or submission
+        except ApiError as error:
+            print_api_error(errors, error)
+            return EXIT_ERROR
+    if args.json:
+        sys.stdout.write(submission.model_dump_json(indent=2) + "\n")
+    else:
+        render_submission(console, submission)
+    return _exit_code(submission.status)
+
+
+# ---------------------------------------------------------------------------- history
+
+
+def history(argv: list[str]) -> int:
+    """`grader history`: your assignments (dates, limits) and submissions."""
+    parser = argparse.ArgumentParser(
+        prog="grader history", description="List the course's assignments (due dates, "
+        "submissions left) and your submissions, newest first.")
+    _connection_arguments(parser)
+    parser.add_argument("--assignment", help="only this assignment's submissions")
+    parser.add_argument("--limit", type=int, default=50)
+    args = parser.parse_args(argv)
+
+    console, errors = Console(), Console(stderr=True)
+    client = _client(args, errors)
+    if client is None:
+        return EXIT_ERROR
+    params: dict[str, Any] = {"limit": args.limit}
+    if args.assignment:
+        params["assignment"] = args.assignment
+    with client:
+        try:
+            courses = AssignmentList.model_validate(client.get_json("/api/v1/assignments"))
+            rows = SubmissionList.model_validate(
+                client.get_json("/api/v1/submissions", params=params)).submissions
+        except ApiError as error:
+            print_api_error(errors, error)
+            return EXIT_ERROR
+    for assignment in courses.assignments:
+        used = assignment.you.submissions_used if assignment.you else 0
+        limit = f"{used} of {assignment.max_submissions}" if assignment.max_submissions else str(used)
+        state = ("open" if assignment.is_open else "closed") + (
+            ", past due" if assignment.is_past_due else "")
+        console.print(f"[bold]{assignment.name}[/bold]: due {_utc(assignment.due_at)} "
+                      f"({state}, late policy {assignment.late_policy}); "
+                      f"submissions used: {limit}; max {assignment.points.max_points:g} points",
+                      highlight=False)
+    table = Table(title="your submissions")
+    for column in ("id", "assignment", "uploaded", "status", "score", "speedup", "notes"):
+        table.add_column(column)
+    for row in rows:
+        notes = ", ".join(filter(None, ["late" if row.late else "",
+                                        "disqualified" if row.disqualified else ""]))
+        table.add_row(
+            str(row.id), row.assignment, _utc(row.created_at), row.status,
+            "" if row.score is None else f"{row.score.total:g}/{row.score.max_total:g}",
+            "" if row.headline_speedup is None else f"{row.headline_speedup:.3g}x", notes)
+    console.print(table)
+    return EXIT_PASSED
+
+
+COMMANDS = {"submit": submit, "status": status, "history": history}

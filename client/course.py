@@ -1,0 +1,390 @@
+"""Staff commands over HTTP: ``grader course SUBCOMMAND`` (a TA's or an instructor's token;
+``--server`` / ``--token`` or GRADER_SERVER / GRADER_TOKEN, as for students).
+
+    grader course show [NAME]                  assignments and their settings
+    grader course set NAME [--opens T] [--due T] [--late-policy refuse|mark_late]
+                      [--max-submissions N|none] [--rate-limit N/SECONDS|default]
+                      [--leaderboard visible|hidden] [--correctness-points P]
+                      [--speed-points "1.0:10,1.5:20"|none]            (instructor)
+    grader course import-roster ROSTER.csv [--output tokens.csv]       (instructor)
+    grader course add-staff NAME --role ta|instructor                  (instructor)
+    grader course rotate-token student|staff ID                        (instructor)
+    grader course regrade NAME [--student ID] [--status S] [--grader-version V]
+                      [--submission ID ...]                            (create; prints id)
+    grader course regrade-show ID | regrade-apply ID | regrade-discard ID
+    grader course disqualify SUBMISSION --reason TEXT | restore SUBMISSION [--reason TEXT]
+    grader course final-run NAME [--start]                             (start: instructor)
+    grader course leaderboard NAME
+    grader course export-lms NAME --output grades.csv
+    grader course gradescope SUBMISSION --output results.json
+    grader course audit [--limit N]
+
+Times are ISO 8601 with a zone (``2026-12-15T23:59:00Z``). Exit code 0, or 2 when the
+server refuses (the error's code is printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from api.schemas import (
+    AssignmentList,
+    AssignmentRead,
+    AuditLog,
+    FinalRunRead,
+    Leaderboard,
+    RegradeRead,
+    RosterImported,
+    TokenIssued,
+)
+from client.cli import print_api_error
+from client.http import ApiError, ServiceClient, resolve_server, resolve_token
+
+EXIT_OK, EXIT_ERROR = 0, 2
+
+
+def _moment(text: str) -> str | None:
+    if text.lower() in {"none", "null", ""}:
+        return None
+    moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{text!r} has no time zone; append Z for UTC")
+    return moment.isoformat()
+
+
+def _limit(text: str) -> int | None:
+    return None if text.lower() in {"none", "null"} else int(text)
+
+
+def _thresholds(text: str) -> list[dict[str, float]]:
+    if text.lower() in {"none", ""}:
+        return []
+    pairs = []
+    for item in text.split(","):
+        speedup, _, points = item.partition(":")
+        pairs.append({"min_speedup": float(speedup), "points": float(points)})
+    return pairs
+
+
+def _utc(moment: dt.datetime | None) -> str:
+    return "-" if moment is None else moment.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="grader course", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--server", help="default: $GRADER_SERVER, else http://127.0.0.1:8000")
+    parser.add_argument("--token", help="a TA's or an instructor's token (default: $GRADER_TOKEN)")
+    parser.add_argument("--json", action="store_true", help="print the API's JSON answer")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
+
+    show = commands.add_parser("show", help="assignments and their settings")
+    show.add_argument("name", nargs="?")
+
+    change = commands.add_parser("set", help="change an assignment's settings (instructor)")
+    change.add_argument("name")
+    # SUPPRESS: an option not given leaves no attribute, so "none" (clear) differs from absent.
+    change.add_argument("--opens", type=_moment, default=argparse.SUPPRESS,
+                        help="open date, e.g. 2026-12-01T00:00:00Z; none")
+    change.add_argument("--due", type=_moment, default=argparse.SUPPRESS,
+                        help="due date, e.g. 2026-12-15T23:59:00Z; none")
+    change.add_argument("--late-policy", choices=["refuse", "mark_late"])
+    change.add_argument("--max-submissions", type=_limit, default=argparse.SUPPRESS,
+                        help="N, or none")
+    change.add_argument("--rate-limit", help="N/SECONDS (e.g. 20/3600), or default")
+    change.add_argument("--leaderboard", choices=["visible", "hidden"])
+    change.add_argument("--correctness-points", type=float)
+    change.add_argument("--speed-points", type=_thresholds,
+                        help='thresholds "min_speedup:points,...", e.g. "1.0:10,1.5:20"; none')
+
+    roster = commands.add_parser("import-roster", help="create students from a CSV (instructor)")
+    roster.add_argument("file", type=Path)
+    roster.add_argument("--output", type=Path, help="write the tokens CSV here (else stdout)")
+
+    staff = commands.add_parser("add-staff", help="create a staff account (instructor)")
+    staff.add_argument("name")
+    staff.add_argument("--role", choices=["ta", "instructor"], required=True)
+
+    rotate = commands.add_parser("rotate-token", help="new token for a student or staff member")
+    rotate.add_argument("kind", choices=["student", "staff"])
+    rotate.add_argument("id", type=int)
+
+    regrade = commands.add_parser("regrade", help="re-run submissions (preview first)")
+    regrade.add_argument("name", help="the assignment")
+    regrade.add_argument("--student", type=int)
+    regrade.add_argument("--status", choices=["passed", "failed", "error"])
+    regrade.add_argument("--grader-version")
+    regrade.add_argument("--submission", type=int, action="append", dest="submissions")
+    for verb in ("show", "apply", "discard"):
+        sub = commands.add_parser(f"regrade-{verb}", help=f"{verb} a regrade batch")
+        sub.add_argument("id", type=int)
+
+    disqualify = commands.add_parser("disqualify", help="disqualify a submission")
+    disqualify.add_argument("submission", type=int)
+    disqualify.add_argument("--reason", required=True, help="shown to the student")
+    restore = commands.add_parser("restore", help="lift a disqualification")
+    restore.add_argument("submission", type=int)
+    restore.add_argument("--reason")
+
+    final = commands.add_parser("final-run", help="the final ranking run (show, or --start)")
+    final.add_argument("name")
+    final.add_argument("--start", action="store_true", help="start it (instructor, after the due date)")
+
+    board = commands.add_parser("leaderboard", help="the ranking")
+    board.add_argument("name")
+
+    lms = commands.add_parser("export-lms", help="gradebook CSV, one row per student")
+    lms.add_argument("name")
+    lms.add_argument("--output", type=Path, required=True)
+
+    gradescope = commands.add_parser("gradescope", help="one submission as Gradescope results.json")
+    gradescope.add_argument("submission", type=int)
+    gradescope.add_argument("--output", type=Path, required=True)
+
+    audit = commands.add_parser("audit", help="the log of staff actions")
+    audit.add_argument("--limit", type=int, default=50)
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    """`grader course ...`; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    console, errors = Console(), Console(stderr=True)
+    token = resolve_token(args.token)
+    if token is None:
+        errors.print("[red]no token: pass --token T or set GRADER_TOKEN[/red]")
+        return EXIT_ERROR
+    with ServiceClient(resolve_server(args.server), token) as client:
+        try:
+            answer = HANDLERS[args.command](client, args, console)
+        except ApiError as error:
+            print_api_error(errors, error)
+            return EXIT_ERROR
+    if args.json and answer is not None:
+        sys.stdout.write(json.dumps(answer, indent=2, default=str) + "\n")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------- handlers
+
+
+def _print_assignment(console: Console, a: AssignmentRead) -> None:
+    thresholds = ", ".join(f">= {t.min_speedup:g}x: {t.points:g}" for t in a.points.speed_points)
+    console.print(
+        f"[bold]{a.name}[/bold] ({a.title})\n"
+        f"  opens {_utc(a.opens_at)}, due {_utc(a.due_at)}, late policy {a.late_policy}"
+        f" ({'open' if a.is_open else 'closed'})\n"
+        f"  max submissions {a.max_submissions or 'unlimited'}, rate limit "
+        f"{a.rate_limit_submissions} per {a.rate_limit_window_s:g} s, leaderboard "
+        f"{'visible' if a.leaderboard_visible else 'hidden'} to students\n"
+        f"  points: correctness {a.points.correctness_points:g} + speed "
+        f"[{thresholds or 'none'}] = max {a.points.max_points:g}"
+        + (f"\n  final run {a.final_run.id} ({'finished' if a.final_run.finished else 'running'})"
+           if a.final_run else ""), highlight=False)
+
+
+def _show(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
+    if args.name:
+        data = client.get_json(f"/api/v1/assignments/{args.name}")
+        _print_assignment(console, AssignmentRead.model_validate(data))
+        return data
+    data = client.get_json("/api/v1/assignments")
+    for assignment in AssignmentList.model_validate(data).assignments:
+        _print_assignment(console, assignment)
+    return data
+
+
+def _set(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
+    body: dict[str, Any] = {}
+    for option, field in (("opens", "opens_at"), ("due", "due_at"),
+                          ("max_submissions", "max_submissions")):
+        if hasattr(args, option):
+            body[field] = getattr(args, option)
+    if args.late_policy:
+        body["late_policy"] = args.late_policy
+    if args.rate_limit:
+        if args.rate_limit == "default":
+            body |= {"rate_limit_submissions": None, "rate_limit_window_s": None}
+        else:
+            count, _, window = args.rate_limit.partition("/")
+            body |= {"rate_limit_submissions": int(count), "rate_limit_window_s": float(window)}
+    if args.leaderboard:
+        body["leaderboard_visible"] = args.leaderboard == "visible"
+    if args.correctness_points is not None:
+        body["correctness_points"] = args.correctness_points
+    if args.speed_points is not None:
+        body["speed_points"] = args.speed_points
+    data = client.request("PATCH", f"/api/v1/assignments/{args.name}", json=body).json()
+    _print_assignment(console, AssignmentRead.model_validate(data))
+    return data
+
+
+def _import_roster(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
+    text = client.request("POST", "/api/v1/students/import", params={"format": "csv"},
+                          content=args.file.read_bytes(),
+                          headers={"Content-Type": "text/csv"}).text
+    created = sum(1 for row in csv.DictReader(io.StringIO(text)) if row["token"])
+    if args.output:
+        args.output.write_text(text)
+        args.output.chmod(0o600)
+        console.print(f"{created} student(s) created; tokens written to {args.output} "
+                      "(hand each student their line; the tokens are not stored)")
+    else:
+        sys.stdout.write(text)
+    return None
+
+
+def _add_staff(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
+    data = client.request("POST", "/api/v1/staff", expect=(201,),
+                          json={"name": args.name, "role": args.role}).json()
+    console.print(data["token"], highlight=False)
+    console.print(f"[dim]{data['role']} {data['id']} ({data['name']}) created; the token "
+                  "above is shown once[/dim]")
+    return data
+
+
+def _rotate(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
+    path = "students" if args.kind == "student" else "staff"
+    issued = TokenIssued.model_validate(
+        client.request("POST", f"/api/v1/{path}/{args.id}/token").json())
+    console.print(issued.token, highlight=False)
+    console.print(f"[dim]{issued.kind} {issued.id} ({issued.name}): new token above; the old "
+                  "one no longer works[/dim]")
+    return issued.model_dump()
+
+
+def _print_regrade(console: Console, regrade: RegradeRead) -> None:
+    console.print(f"regrade [bold]{regrade.id}[/bold] of {regrade.assignment}: {regrade.state}, "
+                  f"{regrade.total} submission(s), {regrade.pending} pending, "
+                  f"{regrade.changed} changed")
+    table = Table()
+    for column in ("submission", "student", "before", "after", "score before", "score after",
+                   "grader before", "grader after"):
+        table.add_column(column)
+    for row in regrade.rows:
+        before, after = row.before, row.after
+        table.add_row(
+            str(row.submission_id), row.student_name,
+            before.status if before else "-", after.status + (" *" if row.verdict_changed else ""),
+            f"{before.score.total:g}" if before and before.score else "-",
+            f"{after.score.total:g}" if after.score else "-",
+            (before.grader_version or "-") if before else "-", after.grader_version or "-")
+    console.print(table)
+
+
+def _regrade(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
+    body = {"assignment": args.name, "student_id": args.student, "status": args.status,
+            "grader_version": args.grader_version, "submission_ids": args.submissions}
+    data = client.request("POST", "/api/v1/regrades", expect=(201,),
+                          json={k: v for k, v in body.items() if v is not None}).json()
+    _print_regrade(console, RegradeRead.model_validate(data))
+    console.print(f"preview: grader course regrade-show {data['id']}; then regrade-apply or "
+                  "regrade-discard")
+    return data
+
+
+def _regrade_verb(verb: str):  # noqa: ANN202
+    def handler(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
+        if verb == "show":
+            data = client.get_json(f"/api/v1/regrades/{args.id}")
+        else:
+            data = client.request("POST", f"/api/v1/regrades/{args.id}/{verb}").json()
+        _print_regrade(console, RegradeRead.model_validate(data))
+        return data
+    return handler
+
+
+def _disqualify(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
+    data = client.request("POST", f"/api/v1/submissions/{args.submission}/disqualify",
+                          json={"reason": args.reason}).json()
+    console.print(f"submission {args.submission} disqualified: {args.reason}", highlight=False)
+    return data
+
+
+def _restore(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
+    data = client.request("POST", f"/api/v1/submissions/{args.submission}/restore",
+                          json={"reason": args.reason}).json()
+    console.print(f"submission {args.submission} restored")
+    return data
+
+
+def _final_run(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
+    if args.start:
+        data = client.request("POST", f"/api/v1/assignments/{args.name}/final-run",
+                              expect=(202,)).json()
+    else:
+        data = client.get_json(f"/api/v1/assignments/{args.name}/final-run")
+    run = FinalRunRead.model_validate(data)
+    console.print(f"final run {run.id} of {run.assignment} (started {_utc(run.created_at)} by "
+                  f"{run.created_by}): {run.students} student(s), {run.pending} pending")
+    table = Table()
+    for column in ("student", "submission", "status", "speedup", "reason"):
+        table.add_column(column)
+    for row in run.rows:
+        table.add_row(row.student_name, str(row.submission_id), row.status,
+                      "" if row.headline_speedup is None else f"{row.headline_speedup:.4g}",
+                      row.reason or "")
+    console.print(table)
+    return data
+
+
+def _leaderboard(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
+    data = client.get_json("/api/v1/leaderboard", params={"assignment": args.name})
+    board = Leaderboard.model_validate(data)
+    table = Table(title=f"{board.assignment} ({board.phase})")
+    for column in ("rank", "student", "submission", "speedup", "score", "reason"):
+        table.add_column(column)
+    for row in board.rows:
+        table.add_row(str(row.rank or "-"), row.student_name or "", str(row.submission_id or ""),
+                      "" if row.headline_speedup is None else f"{row.headline_speedup:.4g}",
+                      "" if row.score is None else f"{row.score.total:g}", row.reason or "")
+    console.print(table)
+    return data
+
+
+def _export_lms(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
+    text = client.request("GET", f"/api/v1/assignments/{args.name}/export/lms").text
+    args.output.write_text(text)
+    console.print(f"{len(text.splitlines()) - 1} student row(s) written to {args.output}")
+    return None
+
+
+def _gradescope(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
+    data = client.get_json(f"/api/v1/submissions/{args.submission}/gradescope")
+    args.output.write_text(json.dumps(data, indent=2) + "\n")
+    console.print(f"Gradescope results of submission {args.submission} (score "
+                  f"{data['score']:g}) written to {args.output}")
+    return None
+
+
+def _audit(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
+    data = client.get_json("/api/v1/audit", params={"limit": args.limit})
+    table = Table(title="audit log")
+    for column in ("when", "who", "action", "target", "details"):
+        table.add_column(column, overflow="fold")
+    for event in AuditLog.model_validate(data).events:
+        table.add_row(_utc(event.created_at), f"{event.actor_name} ({event.actor_kind})",
+                      event.action, f"{event.target_type or ''} {event.target_id or ''}",
+                      json.dumps(event.details) if event.details else "")
+    console.print(table)
+    return data
+
+
+HANDLERS = {
+    "show": _show, "set": _set, "import-roster": _import_roster, "add-staff": _add_staff,
+    "rotate-token": _rotate, "regrade": _regrade, "regrade-show": _regrade_verb("show"),
+    "regrade-apply": _regrade_verb("apply"), "regrade-discard": _regrade_verb("discard"),
+    "disqualify": _disqualify, "restore": _restore, "final-run": _final_run,
+    "leaderboard": _leaderboard, "export-lms": _export_lms, "gradescope": _gradescope,
+    "audit": _audit,
+}
