@@ -1,5 +1,7 @@
 # The two commands: `make serve` (first) and `make test` (second). Both set up .venv on a
-# fresh machine. TORCH_SPEC pins the CPU build that this course's dev machines carry
+# fresh machine with every extra: server (the API, workers, `grader students`), grader
+# (`grader check`, torch and triton) and dev (tests). `make serve HOST=0.0.0.0 PORT=9000`
+# listens elsewhere (development mode warns loudly beyond loopback). TORCH_SPEC pins the CPU build that this course's dev machines carry
 # (`pip install torch==2.13.0` takes the local file); override it elsewhere. TRITON_SPEC pins
 # the Triton of the course's GPU workers (3.6.0 on the recorded H200 runs), so that a kernel
 # students check here uses the same language as the one graded on the GPU (Triton 3.9, for
@@ -13,6 +15,8 @@ TRITON_SPEC ?= triton==3.6.0
 # made an error ("only 0-dimensional arrays can be converted to Python scalars").
 NUMPY_SPEC ?= numpy<2.4
 STAMP := $(VENV)/.installed
+HOST ?= 127.0.0.1
+PORT ?= 8000
 
 .PHONY: serve test install check-reference clean
 
@@ -22,14 +26,14 @@ $(PY):
 $(STAMP): pyproject.toml Makefile | $(PY)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)" "$(TRITON_SPEC)" "$(NUMPY_SPEC)"
-	$(PY) -m pip install -q -e ".[grader,dev]" "$(TRITON_SPEC)" "$(NUMPY_SPEC)"
+	$(PY) -m pip install -q -e ".[server,grader,dev]" "$(TRITON_SPEC)" "$(NUMPY_SPEC)"
 	touch $(STAMP)
 
 install: $(STAMP)
 
 serve: $(STAMP)
 	@command -v bwrap >/dev/null 2>&1 || echo "WARNING: bubblewrap (bwrap) is not installed, so every grading will end as an infrastructure error. Install it (apt-get install bubblewrap), or on a single-user machine run GRADER_SANDBOX=unsafe-none make serve." >&2
-	$(VENV)/bin/grader serve
+	$(VENV)/bin/grader serve --host "$(HOST)" --port "$(PORT)"
 
 test: $(STAMP)
 	$(PY) -m pytest

@@ -14,12 +14,12 @@ ENV PIP_NO_CACHE_DIR=1 \
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md build_hooks.py ./
 COPY grader/ grader/
 COPY api/ api/
 COPY submissions/ submissions/
 # A non-editable install of the service dependencies only (no grader extra, so no torch).
-RUN pip install --no-cache-dir . \
+RUN pip install --no-cache-dir "./[server]" \
     && if python -c "import torch" 2>/dev/null; then echo "torch leaked into the API image" >&2; exit 1; fi
 
 FROM ${PYTHON_IMAGE}

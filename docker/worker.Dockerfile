@@ -38,11 +38,11 @@ RUN python -c "import torch" 2>/dev/null \
 RUN pip list --format=freeze | grep -E '^(torch|triton)==' > /tmp/pins.txt && cat /tmp/pins.txt
 
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md build_hooks.py ./
 COPY grader/ grader/
 COPY api/ api/
 COPY submissions/ submissions/
-RUN pip install --no-cache-dir --constraint /tmp/pins.txt ".[grader]" \
+RUN KERNEL_GRADER_BUNDLE_REFERENCE=1 pip install --no-cache-dir --constraint /tmp/pins.txt ".[server,grader]" \
     && python -c "import torch, triton, grader; print('torch', torch.__version__, 'triton', triton.__version__)" \
     && rm -rf /src /tmp/pins.txt
 
