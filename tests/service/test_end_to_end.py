@@ -56,8 +56,10 @@ def _children(pid: int) -> set[int]:
 
 @contextlib.contextmanager
 def grader_serve(workdir: Path, env: dict[str, str]) -> Iterator[str]:
-    """Run `grader serve` in `workdir` (default SQLite: ./var/grader.db) until the block ends;
-    then SIGTERM it and check that it and its embedded worker exit cleanly."""
+    """Run `grader serve` in `workdir` (SQLite in `workdir`/grader.db, never the checkout's
+    var/) until the block ends; then SIGTERM it and check that it and its embedded worker
+    exit cleanly."""
+    env = {"GRADER_DATABASE_URL": f"sqlite:///{workdir}/grader.db", **env}
     port = _free_port()
     log_path = workdir / "serve.log"
     with log_path.open("wb") as log:
@@ -101,10 +103,13 @@ def _run(command: list[str], workdir: Path, env: dict[str, str], timeout: float 
 
 def test_grader_serve_with_students_and_submit_commands(tmp_path: Path) -> None:
     env = _environment(grade_command=json.dumps([sys.executable, str(FAKE_GRADER)]),
-                       poll_interval_s="0.2")
+                       poll_interval_s="0.2", database_url=f"sqlite:///{tmp_path}/grader.db")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
     with grader_serve(tmp_path, env) as base_url:
-        assert (tmp_path / "var" / "grader.db").exists()  # the embedded default database
-        added = _run(_grader("students", "add", "Ada Lovelace"), tmp_path, env)
+        assert (tmp_path / "grader.db").exists()
+        # `grader students` from another folder uses the server's database.
+        added = _run(_grader("students", "add", "Ada Lovelace"), elsewhere, env)
         assert added.returncode == 0, added.stderr
         token = added.stdout.strip()
 
@@ -113,8 +118,11 @@ def test_grader_serve_with_students_and_submit_commands(tmp_path: Path) -> None:
         result = _run(_grader("submit", str(good), "--server", base_url, "--token", token,
                               "--poll-interval", "0.2"), tmp_path, env)
         assert result.returncode == 0, result.stdout + result.stderr
+        # grader/report.py's table, as `grader check` prints it, then the service's score.
         assert "passed" in result.stdout and "✓" in result.stdout
-        assert "autograd_fp32" in result.stdout and "1e-07 vs 1e-05" in result.stdout
+        assert "autograd_fp32" in result.stdout and "1/2 checks passed, 1 not run" in result.stdout
+        assert "score: 100 of 100" in result.stdout
+        assert "seed" not in result.stdout  # students never see a seed
 
         bad = tmp_path / "bad.py"
         bad.write_text(kernel_source("verdict=failed"))
@@ -127,6 +135,17 @@ def test_grader_serve_with_students_and_submit_commands(tmp_path: Path) -> None:
         result = _run(_grader("submit", str(broken), "--server", base_url, "--token", token),
                       tmp_path, env)
         assert result.returncode == 2 and "source_syntax_error" in result.stderr
+
+        # status (the latest by default) and history read the same submissions back.
+        client_env = {**env, "GRADER_SERVER": base_url, "GRADER_TOKEN": token}
+        result = _run(_grader("status"), tmp_path, client_env)
+        assert result.returncode == 1 and "✗" in result.stdout, result.stdout + result.stderr
+        result = _run(_grader("status", "1", "--source"), tmp_path, client_env)
+        assert result.returncode == 0 and result.stdout == good.read_text()
+        result = _run(_grader("history"), tmp_path, client_env)
+        assert result.returncode == 0, result.stderr
+        assert "softmax_backward" in result.stdout and "passed" in result.stdout
+        assert "failed" in result.stdout
 
         board = httpx.get(f"{base_url}/api/v1/leaderboard",
                           headers={"Authorization": f"Bearer {INSTRUCTOR_TOKEN}"}).json()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -44,11 +45,34 @@ def test_grade_command_from_json_or_shell_words(monkeypatch, raw, expected) -> N
     assert Settings(_env_file=None).grade_command == expected
 
 
-def test_default_grade_command_and_database() -> None:
+def test_default_grade_command_and_database(monkeypatch, tmp_path) -> None:
     settings = Settings(_env_file=None)
     assert settings.grade_command == [sys.executable, "-m", "grader", "check"]
-    assert settings.database_url == "sqlite:///var/grader.db"
     assert settings.max_upload_bytes == 256 * 1024
+    # One database for `grader serve`, `grader worker` and `grader students`, whatever the
+    # current directory: the checkout's var/grader.db, as an absolute path.
+    checkout = Path(__file__).resolve().parents[2]
+    assert settings.database_url == f"sqlite:///{checkout}/var/grader.db"
+    monkeypatch.chdir(tmp_path)
+    assert Settings(_env_file=None).database_url == settings.database_url
+
+
+def test_default_database_outside_a_checkout_is_in_the_xdg_data_dir(monkeypatch, tmp_path) -> None:
+    import submissions.settings as settings_module
+
+    monkeypatch.setattr(settings_module, "REPOSITORY_ROOT", tmp_path / "site-packages")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    assert Settings().database_url == f"sqlite:///{tmp_path}/data/kernel-grader/grader.db"
+    monkeypatch.delenv("XDG_DATA_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert Settings().database_url == (
+        f"sqlite:///{tmp_path}/home/.local/share/kernel-grader/grader.db")
+
+
+def test_no_env_file_is_read_from_the_current_directory(monkeypatch, tmp_path) -> None:
+    (tmp_path / ".env").write_text("GRADER_DATABASE_URL=postgresql+psycopg://x@db/grader\n")
+    monkeypatch.chdir(tmp_path)
+    assert Settings().database_url.startswith("sqlite:///")
 
 
 def test_seed_is_derived_from_the_deployment_secret_and_the_submission() -> None:

@@ -17,7 +17,7 @@ def test_instructor_creates_student_and_only_the_token_hash_is_stored(client, db
     response = client.post("/api/v1/students", json={"name": "Ada"}, headers=instructor_headers())
     assert response.status_code == 201
     body = response.json()
-    assert set(body) == {"id", "name", "token"} and body["name"] == "Ada"
+    assert set(body) == {"id", "name", "token", "email", "external_id"} and body["name"] == "Ada"
     stored = db_session.scalars(select(Student).where(Student.id == body["id"])).one()
     assert stored.token_sha256 == hashlib.sha256(body["token"].encode()).hexdigest()
     assert body["token"] not in {stored.token_sha256, stored.name}

@@ -8,7 +8,7 @@ import hashlib
 import pytest
 from sqlalchemy import select, update
 
-from submissions.models import INFRASTRUCTURE_ERROR, Submission, SubmissionStatus
+from submissions.models import INFRASTRUCTURE_ERROR, Grading, Submission, SubmissionStatus
 from submissions.service import derive_grading_seed
 
 from ..helpers import bearer, create_student, instructor_headers, kernel_source, make_settings, upload
@@ -19,17 +19,23 @@ def test_valid_upload_is_queued_and_stored_with_its_hash(client, db_session, set
     source = kernel_source()
     response = upload(client, token, source, filename="../../etc/evil name.py")
     assert response.status_code == 202
-    assert response.json() == {"id": response.json()["id"], "status": "queued"}
     submission_id = response.json()["id"]
+    assert response.json() == {
+        "id": submission_id, "status": "queued", "assignment": "softmax_backward",
+        "late": False, "due_at": None, "submissions_used": 1, "max_submissions": None}
 
     stored = db_session.get(Submission, submission_id)
     assert stored.source_text == source
     assert stored.source_sha256 == hashlib.sha256(source.encode()).hexdigest()
     assert stored.original_filename == "evil name.py"  # display only, never a path
-    assert stored.status == "queued" and stored.student_id == student_id
+    assert stored.student_id == student_id and not stored.is_late
     assert stored.seed == derive_grading_seed(
         deployment_seed="test-deployment-seed", submission_id=submission_id
     )
+    # Its first grading is queued, current, and uses the submission's seed.
+    [grading] = db_session.scalars(select(Grading).where(Grading.submission_id == submission_id))
+    assert (grading.status, grading.is_current, grading.purpose, grading.seed) == (
+        "queued", True, "submission", stored.seed)
 
     body = client.get(f"/api/v1/submissions/{submission_id}", headers=bearer(token)).json()
     assert body["status"] == "queued" and body["checks"] == [] and body["attempts"] == 0
@@ -156,7 +162,7 @@ def test_rate_limit_is_429_with_retry_after_and_skips_infrastructure_errors(
     assert 1 <= int(refused.headers["retry-after"]) <= 600
 
     # Our fault does not count against the student.
-    db_session.execute(update(Submission).where(Submission.id == first).values(
+    db_session.execute(update(Grading).where(Grading.submission_id == first).values(
         status=SubmissionStatus.ERROR, error_kind=INFRASTRUCTURE_ERROR))
     db_session.commit()
     assert upload(client, token, kernel_source()).status_code == 202
@@ -179,8 +185,12 @@ def test_students_see_only_their_own_submissions(client) -> None:
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "submission_not_found"
     assert client.get("/api/v1/submissions/999999", headers=bearer(ada)).status_code == 404
-    assert client.get(f"/api/v1/submissions/{ada_submission}/source",
-                      headers=bearer(ada)).status_code == 403
+    # Students read their own source (and file name), never another's.
+    own_source = client.get(f"/api/v1/submissions/{ada_submission}/source", headers=bearer(ada))
+    assert own_source.status_code == 200 and own_source.text == kernel_source()
+    assert 'filename="kernel.py"' in own_source.headers["content-disposition"]
+    other_source = client.get(f"/api/v1/submissions/{bob_submission}/source", headers=bearer(ada))
+    assert other_source.status_code == 404
 
     own = client.get("/api/v1/submissions", headers=bearer(ada)).json()["submissions"]
     assert [s["id"] for s in own] == [ada_submission]

@@ -10,7 +10,7 @@ from collections import Counter
 from sqlalchemy.exc import OperationalError
 
 from submissions import repository, service
-from submissions.models import INFRASTRUCTURE_ERROR, Submission, SubmissionStatus
+from submissions.models import INFRASTRUCTURE_ERROR, Grading, SubmissionStatus
 
 from ..helpers import kernel_source, make_outcome
 
@@ -77,9 +77,9 @@ def test_concurrent_claimers_take_each_job_exactly_once(committed_db) -> None:
     assert sorted(counts) == sorted(ids)
     assert set(counts.values()) == {1}
     with committed_db.session_factory() as session:
-        rows = session.query(Submission).all()
+        rows = session.query(Grading).all()
         assert {r.status for r in rows} == {"running"} and {r.attempts for r in rows} == {1}
-        assert {r.id: r.worker_id for r in rows} == dict(claims)
+        assert {r.submission_id: r.worker_id for r in rows} == dict(claims)
     if committed_db.backend == "postgres":
         assert len({name for _, name in claims}) > 1  # really concurrent
 
@@ -103,9 +103,9 @@ def test_expired_lease_is_requeued_then_given_up_after_max_attempts(committed_db
         else:
             assert sweep.abandoned == [submission_id]
     with factory() as session:
-        submission = session.get(Submission, submission_id)
-        assert submission.status == "error" and submission.error_kind == INFRASTRUCTURE_ERROR
-        assert submission.attempts == 2 and "lease" in submission.error_message
+        grading = repository.get_submission(session, submission_id=submission_id).current_grading
+        assert grading.status == "error" and grading.error_kind == INFRASTRUCTURE_ERROR
+        assert grading.attempts == 2 and "lease" in grading.error_message
 
 
 def test_a_worker_that_lost_its_lease_cannot_write(committed_db) -> None:
@@ -135,7 +135,8 @@ def test_a_worker_that_lost_its_lease_cannot_write(committed_db) -> None:
             session, submission_id=submission_id, lease_token=new.lease_token,
             outcome=make_outcome("passed", speedup=1.2), now=expired)
     with factory() as session:
-        submission = repository.get_submission(session, submission_id=submission_id)
-        assert submission.status == SubmissionStatus.PASSED and submission.worker_id == "new"
-        assert [c.name for c in submission.checks] == ["autograd_fp32"]
-        assert submission.headline_speedup == 1.2 and submission.lease_token is None
+        grading = repository.get_submission(session, submission_id=submission_id).current_grading
+        assert grading.status == SubmissionStatus.PASSED and grading.worker_id == "new"
+        assert [c.name for c in grading.checks] == ["autograd_fp32"]
+        assert grading.headline_speedup == 1.2 and grading.lease_token is None
+        assert grading.grader_version == "test"

@@ -19,7 +19,7 @@ from sqlalchemy import update
 
 from api.main import create_app
 from submissions import repository
-from submissions.models import INFRASTRUCTURE_ERROR, Submission
+from submissions.models import INFRASTRUCTURE_ERROR, Grading
 from submissions.worker import Worker
 
 from ..helpers import (
@@ -40,9 +40,10 @@ def api(committed_db):
         yield client
 
 
-def _status(committed_db, submission_id: int) -> Submission:
+def _status(committed_db, submission_id: int) -> Grading:
+    """The submission's current grading (its status, lease, worker, attempts)."""
     with committed_db.session_factory() as session:
-        return repository.get_submission(session, submission_id=submission_id)
+        return repository.get_submission(session, submission_id=submission_id).current_grading
 
 
 def test_worker_grades_and_stores_verdicts_in_one_go(committed_db, api) -> None:
@@ -104,7 +105,7 @@ def test_a_worker_that_loses_its_lease_stops_grading(committed_db, api) -> None:
     try:
         wait_until(lambda: _status(committed_db, submission_id).status == "running", timeout=10)
         with committed_db.session_factory.begin() as session:  # as if another worker took it
-            session.execute(update(Submission).values(lease_token="someone-else"))
+            session.execute(update(Grading).values(lease_token="someone-else"))
         wait_until(lambda: worker._current is None, timeout=10, message="grading cancelled")
         submission = _status(committed_db, submission_id)
         assert submission.status == "running" and submission.lease_token == "someone-else"
