@@ -91,20 +91,21 @@ def check_upload_window(row: Assignment, *, now: dt.datetime) -> bool:
     """
     if row.opens_at is not None and now < row.opens_at:
         raise AssignmentNotOpen(
-            f"{row.name} opens at {_iso(row.opens_at)} (UTC); it is {_iso(now)} now",
-            opens_at=row.opens_at,
+            f"{row.name} opens at {iso_utc(row.opens_at)} (UTC); it is {iso_utc(now)} now",
+            opens_at=iso_utc(row.opens_at),
         )
     if row.due_at is None or now <= row.due_at:
         return False
     if row.late_policy == LatePolicy.REFUSE:
         raise AssignmentClosed(
-            f"{row.name} was due at {_iso(row.due_at)} (UTC); late submissions are refused",
-            due_at=row.due_at,
+            f"{row.name} was due at {iso_utc(row.due_at)} (UTC); late submissions are refused",
+            due_at=iso_utc(row.due_at),
         )
     return True
 
 
-def _iso(moment: dt.datetime) -> str:
+def iso_utc(moment: dt.datetime) -> str:
+    """``2026-12-15T23:59:00Z``: how times appear in messages and error details."""
     return moment.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
 
 

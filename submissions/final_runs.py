@@ -52,8 +52,9 @@ def start_final_run(
     if row.due_at is None:
         raise NoDueDate(f"{assignment} has no due date; set one first")
     if now <= row.due_at:
-        raise BeforeDueDate(f"{assignment} is due at {row.due_at.isoformat()}; a final run "
-                            "starts after the due date", due_at=row.due_at)
+        due = assignments.iso_utc(row.due_at)
+        raise BeforeDueDate(f"{assignment} is due at {due}; a final run starts after the "
+                            "due date", due_at=due)
     previous = repository.latest_final_run(session, assignment=assignment)
     if previous is not None and any(
         g.status not in TERMINAL_STATUSES

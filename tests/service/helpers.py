@@ -95,8 +95,10 @@ def upload(client: TestClient, token: str, source: str | bytes,
 
 
 def make_outcome(status: str = "passed", *, speedup: float | None = None,
-                 error_kind: str | None = None) -> Any:
-    """A GradingOutcome as the worker would build it from a grader result document."""
+                 error_kind: str | None = None, seed: int = 1234,
+                 grader_version: str = "test") -> Any:
+    """A GradingOutcome as the worker would build it from a grader result document (which
+    records its `seed`, as the real grader's does)."""
     from submissions.grading import CheckResult, GradingOutcome
     from submissions.models import SubmissionStatus
 
@@ -110,10 +112,11 @@ def make_outcome(status: str = "passed", *, speedup: float | None = None,
         error_kind=error_kind,
         error_message="boom" if error_kind else None,
         checks=[] if status == "error" else checks,
-        result_document={"verdict": status, "benchmark": benchmark},
+        result_document={"verdict": status, "benchmark": benchmark, "seed": seed,
+                         "versions": {"grader": grader_version}},
         benchmark=benchmark,
         headline_speedup=speedup if passed else None,
-        versions={"grader": "test"},
+        versions={"grader": grader_version},
         device="NVIDIA H200" if speedup is not None else "cpu (Triton interpreter)",
         exit_code={"passed": 0, "failed": 1, "error": 2}[status],
         duration_s=1.5,
@@ -168,3 +171,36 @@ def worker_environment(database_url: str, **settings: str) -> dict[str, str]:
     })
     env.update({f"GRADER_{k.upper()}": v for k, v in settings.items()})
     return env
+
+
+# --------------------------------------------------------------------- course helpers
+
+
+def create_staff(client: TestClient, name: str = "grace", role: str = "ta") -> tuple[int, str]:
+    """A staff account created by the bootstrap instructor; returns (id, token)."""
+    response = client.post("/api/v1/staff", json={"name": name, "role": role},
+                           headers=instructor_headers())
+    assert response.status_code == 201, response.text
+    return response.json()["id"], response.json()["token"]
+
+
+def configure(client: TestClient, assignment: str = "softmax_backward", **fields: Any) -> dict:
+    """PATCH an assignment's settings as the bootstrap instructor (datetimes as ISO text)."""
+    body = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in fields.items()}
+    response = client.patch(f"/api/v1/assignments/{assignment}", json=body,
+                            headers=instructor_headers())
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+class Clock:
+    """The API's notion of now (api.deps.get_now), set by the test."""
+
+    def __init__(self, client: TestClient, now: Any) -> None:
+        from api.deps import get_now
+
+        self.now = now
+        client.app.dependency_overrides[get_now] = lambda: self.now
+
+    def set(self, now: Any) -> None:
+        self.now = now

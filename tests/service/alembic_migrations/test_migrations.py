@@ -25,7 +25,9 @@ from submissions.models import Base
 
 from ..conftest import DatabaseServer
 
-EXPECTED_TABLES = {"students", "submissions", "check_verdicts", "worker_heartbeats"}
+EXPECTED_TABLES = {"students", "submissions", "check_verdicts", "worker_heartbeats", "gradings",
+                   "regrade_batches", "final_runs", "assignments", "staff_members",
+                   "audit_events"}
 
 
 def _empty_database(database_server: DatabaseServer) -> str:
@@ -115,6 +117,79 @@ def test_unique_name_migration_renames_existing_duplicates_and_keeps_their_data(
         assert "name_key" not in {c["name"] for c in inspect(engine).get_columns("students")}
         with engine.connect() as connection:
             assert connection.execute(text("SELECT count(*) FROM submissions")).scalar() == 1
+    finally:
+        engine.dispose()
+        database_server.drop(url)
+
+
+def test_grading_history_migration_keeps_every_result_and_reverses(
+    database_server: DatabaseServer,
+) -> None:
+    """0004 on a database with graded submissions: each becomes its own current grading
+    (same id, check verdicts kept, grader version read from `versions`); the queue goes on
+    from there; the downgrade puts the results back on the submissions."""
+    url = _empty_database(database_server)
+    engine = create_db_engine(url)
+    now = dt.datetime(2026, 11, 30, 12, 0)
+    try:
+        command.upgrade(alembic_config(database_url=url), "0002")
+        with engine.begin() as connection:
+            connection.execute(text(
+                "INSERT INTO students (id, name, name_key, token_sha256, created_at) "
+                "VALUES (1, 'ada', 'ada', :token, :now)"), {"token": "1" * 64, "now": now})
+            for submission_id, status, versions, speedup in (
+                (1, "passed", '{"grader": "0.1.0"}', 1.5),
+                (2, "failed", '{"grader": "0.1.0"}', None),
+                (3, "queued", None, None),
+            ):
+                connection.execute(text(
+                    "INSERT INTO submissions (id, student_id, assignment, source_text, "
+                    "source_sha256, source_bytes, status, created_at, attempts, seed, versions, "
+                    "headline_speedup, result) VALUES (:id, 1, 'softmax_backward', 'x', :sha, 1, "
+                    ":status, :now, :attempts, :seed, :versions, :speedup, :result)"),
+                    {"id": submission_id, "sha": "0" * 64, "status": status, "now": now,
+                     "attempts": 0 if status == "queued" else 1, "seed": 100 + submission_id,
+                     "versions": versions, "speedup": speedup,
+                     "result": None if status == "queued" else '{"verdict": "%s"}' % status})
+            for check_id, submission_id, passed in ((1, 1, True), (2, 2, False), (3, 2, True)):
+                connection.execute(text(
+                    "INSERT INTO check_verdicts (id, submission_id, position, name, passed, "
+                    "skipped) VALUES (:id, :sid, :id, 'c', :passed, false)"),
+                    {"id": check_id, "sid": submission_id, "passed": passed})
+
+        command.upgrade(alembic_config(database_url=url), "0004")
+        with engine.connect() as connection:
+            rows = connection.execute(text(
+                "SELECT id, submission_id, purpose, is_current, status, seed, grader_version, "
+                "headline_speedup FROM gradings ORDER BY id")).all()
+            assert [tuple(r) for r in rows] == [
+                (1, 1, "submission", True, "passed", 101, "0.1.0", 1.5),
+                (2, 2, "submission", True, "failed", 102, "0.1.0", None),
+                (3, 3, "submission", True, "queued", 103, None, None),
+            ]
+            assert connection.execute(text(
+                "SELECT grading_id, passed FROM check_verdicts ORDER BY id")).all() == [
+                (1, True), (2, False), (2, True)]
+        # The queue goes on: a new grading gets a fresh id (the sequence moved past the copies).
+        with engine.begin() as connection:
+            new_id = connection.execute(text(
+                "INSERT INTO gradings (submission_id, purpose, is_current, priority, created_at, "
+                "status, attempts) VALUES (1, 'regrade', false, 1, :now, 'queued', 0) "
+                "RETURNING id"), {"now": now}).scalar_one()
+            assert new_id == 4
+        # At most one current grading per submission.
+        with pytest.raises(IntegrityError), engine.begin() as connection:
+            connection.execute(text("UPDATE gradings SET is_current = true WHERE id = 4"))
+
+        command.downgrade(alembic_config(database_url=url), "0002")
+        with engine.connect() as connection:
+            rows = connection.execute(text(
+                "SELECT id, status, attempts, headline_speedup FROM submissions ORDER BY id")).all()
+            assert [tuple(r) for r in rows] == [
+                (1, "passed", 1, 1.5), (2, "failed", 1, None), (3, "queued", 0, None)]
+            assert connection.execute(text(
+                "SELECT submission_id FROM check_verdicts ORDER BY id")).scalars().all() == [1, 2, 2]
+        assert "gradings" not in inspect(engine).get_table_names()
     finally:
         engine.dispose()
         database_server.drop(url)

@@ -1,0 +1,118 @@
+"""Exports: the LMS CSV (one row per enrolled student, with no submission, late and
+disqualified ones included; score and parts) and Gradescope's results.json."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+
+from sqlalchemy import select
+
+from submissions.models import AuditEvent
+
+from ..helpers import (
+    Clock,
+    bearer,
+    configure,
+    create_staff,
+    create_student,
+    grade_next,
+    instructor_headers,
+    kernel_source,
+    make_outcome,
+    upload,
+)
+
+DUE = dt.datetime(2026, 12, 15, 23, 59, tzinfo=dt.UTC)
+
+
+def _lms(client, token=None) -> list[dict[str, str]]:
+    response = client.get("/api/v1/assignments/softmax_backward/export/lms",
+                          headers=bearer(token) if token else instructor_headers())
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/csv")
+    return list(csv.DictReader(io.StringIO(response.text)))
+
+
+def test_lms_csv_has_a_row_for_every_student(client, db_session) -> None:
+    configure(client, due_at=DUE, correctness_points=80,
+              speed_points=[{"min_speedup": 1.0, "points": 5}, {"min_speedup": 2.0, "points": 20}])
+    clock = Clock(client, DUE - dt.timedelta(days=1))
+    ada = client.post("/api/v1/students", json={"name": "ada", "email": "ada@example.edu",
+                                                "external_id": "s1"}, headers=instructor_headers())
+    tokens = {"ada": ada.json()["token"]}
+    for name in ("bob", "cy", "dee", "eve"):
+        tokens[name] = create_student(client, name)[1]
+
+    upload(client, tokens["ada"], kernel_source())
+    grade_next(db_session, make_outcome(speedup=2.4))          # ada: ranked, 80 + 20
+    upload(client, tokens["bob"], kernel_source())
+    grade_next(db_session, make_outcome("failed"))             # bob: no passing submission
+    cy_cheat = upload(client, tokens["cy"], kernel_source()).json()["id"]
+    grade_next(db_session, make_outcome(speedup=9.0))          # cy: disqualified below
+    clock.set(DUE + dt.timedelta(hours=1))
+    upload(client, tokens["dee"], kernel_source())
+    grade_next(db_session, make_outcome(speedup=1.5))          # dee: late only
+    # eve never submits.
+    client.post(f"/api/v1/submissions/{cy_cheat}/disqualify", json={"reason": "copied"},
+                headers=instructor_headers())
+
+    _, ta = create_staff(client)
+    rows = {r["name"]: r for r in _lms(client, ta)}
+    assert list(rows) == ["ada", "bob", "cy", "dee", "eve"]
+    ada_row = rows["ada"]
+    assert (ada_row["email"], ada_row["id"], ada_row["status"], ada_row["rank"]) == (
+        "ada@example.edu", "s1", "ranked", "1")
+    assert (ada_row["correctness_points"], ada_row["speed_points"], ada_row["score"],
+            ada_row["max_score"], ada_row["ranked_speedup"], ada_row["ranking"]) == (
+        "80", "20", "100", "100", "2.4", "provisional")
+    assert (rows["bob"]["status"], rows["bob"]["score"], rows["bob"]["submissions"]) == (
+        "no_passing_submission", "0", "1")
+    assert (rows["cy"]["status"], rows["cy"]["score"], rows["cy"]["disqualified_submissions"]) == (
+        "no_passing_submission", "0", "1")
+    dee = rows["dee"]
+    assert (dee["status"], dee["score"], dee["late_submissions"], dee["late_score"]) == (
+        "no_passing_submission", "0", "1", "85")
+    assert dee["late_submission_id"] != ""
+    assert (rows["eve"]["status"], rows["eve"]["submissions"], rows["eve"]["score"]) == (
+        "no_submission", "0", "0")
+    assert db_session.scalars(select(AuditEvent).where(AuditEvent.action == "export.lms")).one()
+
+
+def test_gradescope_results_json(client, db_session) -> None:
+    configure(client, correctness_points=60,
+              speed_points=[{"min_speedup": 1.0, "points": 20}, {"min_speedup": 2.0, "points": 40}])
+    _, ada = create_student(client, "ada")
+    passed = upload(client, ada, kernel_source()).json()["id"]
+    grade_next(db_session, make_outcome(speedup=1.4))
+    failed = upload(client, ada, kernel_source()).json()["id"]
+    grade_next(db_session, make_outcome("failed"))
+
+    results = client.get(f"/api/v1/submissions/{passed}/gradescope", headers=bearer(ada)).json()
+    assert results["score"] == 80 and results["visibility"] == "visible"
+    assert results["execution_time"] == 2 and results["output_format"] == "text"
+    tests = {t["name"]: t for t in results["tests"]}
+    assert set(tests) == {"correctness (every check passes)", "check autograd_fp32",
+                          "speed (headline speedup)"}
+    for test in results["tests"]:
+        assert set(test) == {"name", "score", "max_score", "status", "output", "visibility"}
+    assert (tests["correctness (every check passes)"]["score"],
+            tests["correctness (every check passes)"]["max_score"]) == (60, 60)
+    assert (tests["speed (headline speedup)"]["score"],
+            tests["speed (headline speedup)"]["max_score"]) == (20, 40)
+    assert "1.4x" in tests["speed (headline speedup)"]["output"]
+    assert tests["check autograd_fp32"] | {"output": ""} == {
+        "name": "check autograd_fp32", "score": 0, "max_score": 0, "status": "passed",
+        "output": "", "visibility": "visible"}
+    assert results["leaderboard"] == [{"name": "speedup", "value": 1.4, "order": "desc"}]
+    assert results["extra_data"]["submission_id"] == passed
+
+    failing = client.get(f"/api/v1/submissions/{failed}/gradescope",
+                         headers=instructor_headers()).json()
+    assert failing["score"] == 0 and failing["leaderboard"] == []
+    assert {t["name"]: t["status"] for t in failing["tests"]}["check autograd_fp32"] == "failed"
+    # Staff exports are audited; a student reading their own is not.
+    events = db_session.scalars(select(AuditEvent).where(
+        AuditEvent.action == "export.gradescope")).all()
+    assert [e.target_id for e in events] == [str(failed)]
