@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+from pathlib import Path
 
 from setuptools.command.build_py import build_py
 
@@ -29,11 +30,27 @@ def excluded(path: str) -> bool:
     return any(fnmatch.fnmatch(normalized, pattern) for pattern in EXCLUDED)
 
 
+def bundling() -> bool:
+    """True when the build must keep the reference solutions (the worker image)."""
+    return os.environ.get(BUNDLE_ENV) == "1"
+
+
 class BuildPyWithoutReferences(build_py):
     """setuptools' build_py without the reference solutions (unless BUNDLE_ENV is 1)."""
 
     def find_package_modules(self, package, package_dir):  # noqa: ANN001, ANN201 - setuptools' API
         modules = super().find_package_modules(package, package_dir)
-        if os.environ.get(BUNDLE_ENV) == "1":
+        if bundling():
             return modules
         return [module for module in modules if not excluded(module[2])]
+
+    def run(self) -> None:
+        super().run()
+        if bundling():
+            return
+        # A build folder left by an earlier build that bundled them must not leak them into
+        # this one (setuptools copies new files into build/lib but never removes old ones).
+        root = Path(self.build_lib)
+        for path in root.glob("grader/assignments/**/*reference*"):
+            if path.is_file():
+                path.unlink()
