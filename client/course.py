@@ -85,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--server", help="default: $GRADER_SERVER, else http://127.0.0.1:8000")
     parser.add_argument("--token", help="a TA's or an instructor's token (default: $GRADER_TOKEN)")
-    parser.add_argument("--json", action="store_true", help="print the API's JSON answer")
+    parser.add_argument("--json", action="store_true",
+                        help="print only the API's JSON answer (for scripts)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
 
     show = commands.add_parser("show", help="assignments and their settings")
@@ -159,7 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     """`grader course ...`; returns the exit code."""
     args = build_parser().parse_args(argv)
-    console, errors = Console(), Console(stderr=True)
+    # With --json, standard output carries only the API's JSON answer.
+    console = Console(file=io.StringIO()) if args.json else Console()
+    errors = Console(stderr=True)
     token = resolve_token(args.token)
     if token is None:
         errors.print("[red]no token: pass --token T or set GRADER_TOKEN[/red]")
