@@ -3,10 +3,21 @@ the final ranking run, and the LMS grade export."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 from fastapi import APIRouter, status
 from fastapi.responses import Response
+from sqlalchemy.orm import Session
 
-from api.deps import CurrentPrincipal, InstructorOnly, NowDep, SessionDep, SettingsDep, StaffOnly
+from api.deps import (
+    CurrentPrincipal,
+    InstructorOnly,
+    NowDep,
+    Principal,
+    SessionDep,
+    SettingsDep,
+    StaffOnly,
+)
 from api.presenters import assignment_read, grading_finished
 from api.schemas import (
     AssignmentList,
@@ -20,13 +31,16 @@ from api.schemas import (
 from grader.manifest import MANIFESTS
 from submissions import assignments, exports, final_runs, repository, standings
 from submissions.models import FinalRun, Grading
+from submissions.settings import Settings
 
 router = APIRouter(prefix="/api/v1/assignments", tags=["assignments"])
 
 _UNKNOWN = {422: {"model": ErrorResponse, "description": "unknown_assignment"}}
 
 
-def _read(session, name: str, principal, settings, now) -> AssignmentRead:  # noqa: ANN001
+def _read(session: Session, name: str, principal: Principal, settings: Settings,
+          now: dt.datetime) -> AssignmentRead:
+    """The assignment as `principal` sees it (students: with their own quota)."""
     row = assignments.load(session, name=name, now=now)
     limit = assignments.rate_limit(row, settings)
     run = repository.latest_final_run(session, assignment=row.name)

@@ -3,14 +3,18 @@ verdicts and scores side by side, then apply or discard (submissions/regrades.py
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Annotated
 
 from fastapi import APIRouter, Query, status
+from sqlalchemy.orm import Session
 
 from api.deps import NowDep, SessionDep, StaffOnly
 from api.presenters import regrade_read, regrade_summary
 from api.schemas import ErrorResponse, RegradeCreate, RegradeList, RegradeRead
 from submissions import assignments, regrades
+from submissions.models import RegradeBatch
+from submissions.scoring import PointsPolicy
 
 router = APIRouter(prefix="/api/v1/regrades", tags=["regrades"])
 
@@ -19,7 +23,7 @@ _DECIDED = {409: {"model": ErrorResponse, "description": "regrade_already_decide
                   "regrade_pending (apply only)"}}
 
 
-def _policy(session, batch, now):  # noqa: ANN001, ANN202
+def _policy(session: Session, batch: RegradeBatch, now: dt.datetime) -> PointsPolicy:
     return assignments.points_policy(assignments.load(session, name=batch.assignment, now=now))
 
 

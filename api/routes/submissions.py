@@ -10,10 +10,13 @@ from urllib.parse import quote
 from fastapi import APIRouter, Query, status
 from fastapi.responses import PlainTextResponse
 
+from sqlalchemy.orm import Session
+
 from api.deps import (
     CurrentPrincipal,
     CurrentStudent,
     NowDep,
+    Principal,
     SessionDep,
     SettingsDep,
     StaffOnly,
@@ -115,7 +118,9 @@ def list_submissions(
         submissions=[submission_summary(s, policies[s.assignment]) for s in rows])
 
 
-def _visible(session, submission_id: int, principal) -> Submission:  # noqa: ANN001
+def _visible(session: Session, submission_id: int, principal: Principal) -> Submission:
+    """The submission if `principal` may see it (its owner, or staff); else
+    SubmissionNotFound."""
     return service.get_visible_submission(
         session, submission_id=submission_id, viewer_student_id=principal.student_id)
 

@@ -119,8 +119,8 @@ class ClaimedJob:
     assignment: str
     source_text: str
     seed: int | None
-    grading_id: int = 0
-    purpose: str = GradingPurpose.SUBMISSION
+    grading_id: int
+    purpose: str
 
 
 def claim_next_submission(
