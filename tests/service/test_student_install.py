@@ -63,7 +63,7 @@ def test_built_wheel_leaves_out_the_reference_solutions(tmp_path: Path) -> None:
                    _clean_env(KERNEL_GRADER_BUNDLE_REFERENCE="1"))
     assert bundled.returncode == 0, bundled.stderr
     [worker_wheel] = (tmp_path / "worker").glob("*.whl")
-    assert "grader/assignments/softmax_backward_reference.py" in zipfile.ZipFile(
+    assert "grader/assignments/softmax_backward/reference.py" in zipfile.ZipFile(
         worker_wheel).namelist()
     # ...then, in the same tree (its build/ folder now holds them), the students' build.
     built = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path),
@@ -72,7 +72,7 @@ def test_built_wheel_leaves_out_the_reference_solutions(tmp_path: Path) -> None:
     [wheel] = tmp_path.glob("kernel_grader-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert [n for n in names if "reference" in n.lower()] == []
-    assert "grader/assignments/softmax_backward.py" in names  # the assignment itself stays
+    assert "grader/assignments/softmax_backward/checks.py" in names  # the assignment itself stays
     assert {"client/cli.py", "client/http.py", "api/schemas.py", "grader/report.py"} <= set(names)
     metadata = zipfile.ZipFile(wheel).read(
         next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
