@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
@@ -63,20 +64,22 @@ def _utc(moment: dt.datetime | None) -> str:
 # ----------------------------------------------------------------------------- render
 
 
-def result_document(submission: SubmissionRead) -> dict[str, Any]:
-    """The result document to render: the stored one when the grader produced it, else
-    one built from the submission's fields (queued, or broken on our side)."""
+def result_document(submission: SubmissionRead) -> dict[str, Any] | None:
+    """The result document to render: the stored one when the grader produced it, else one
+    built from the submission's fields (a grading that broke on our side); None while the
+    submission has no verdict."""
+    if submission.status not in TERMINAL:
+        return None
     if submission.result is not None:
         return submission.result
     return {
         "assignment": submission.assignment,
-        "device": submission.device,
+        "device": submission.device or "",
         "verdict": submission.status,
-        "error": None if submission.error is None else submission.error.model_dump(),
+        "error": None if submission.error is None else {
+            "kind": submission.error.kind, "message": submission.error.message or ""},
         "checks": [{**(c.numbers or {}), "name": c.name, "passed": c.passed,
-                    "skipped": c.skipped, "message": c.message} for c in submission.checks],
-        "benchmark": submission.benchmark,
-        "log": None if submission.log is None else submission.log.model_dump(),
+                    "skipped": c.skipped, "message": c.message or ""} for c in submission.checks],
         "duration_s": submission.grading_duration_s or 0.0,
     }
 
@@ -87,7 +90,20 @@ def render_submission(console: Console, submission: SubmissionRead) -> None:
     console.print(f"submission [bold]{submission.id}[/bold] ({submission.assignment}, "
                   f"{submission.filename or 'no file name'}, uploaded "
                   f"{_utc(submission.created_at)}): [bold]{submission.status}[/bold]")
-    render_result(result_document(submission), console, source_name=submission.filename)
+    document = result_document(submission)
+    if document is None:
+        console.print(f"no verdict yet ({submission.status}); `grader status "
+                      f"{submission.id} --wait` waits for it")
+    else:
+        try:
+            render_result(document, console, source_name=submission.filename)
+        except ValidationError:  # a server newer or older than this client: show the basics
+            for check in submission.checks:
+                mark = "-" if check.skipped else ("✓" if check.passed else "✗")
+                console.print(f"{mark} {check.name}: {check.message or ''}", highlight=False)
+            if submission.error is not None:
+                console.print(f"error ({submission.error.kind}): {submission.error.message}",
+                              highlight=False)
     if submission.score is not None:
         score = submission.score
         console.print(f"score: [bold]{score.total:g}[/bold] of {score.max_total:g} "

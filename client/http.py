@@ -60,10 +60,12 @@ class ServiceClient:
 
     def __init__(self, server: str, token: str | None, *, timeout_s: float = 30.0,
                  retry_for_s: float = 60.0,
-                 on_retry: Callable[[str, float], None] | None = None) -> None:
+                 on_retry: Callable[[str, float], None] | None = None,
+                 transport: httpx.BaseTransport | None = None) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.server = server
-        self.http = httpx.Client(base_url=server, headers=headers, timeout=timeout_s)
+        self.http = httpx.Client(base_url=server, headers=headers, timeout=timeout_s,
+                                 transport=transport)
         self.retry_for_s = retry_for_s
         self.on_retry = on_retry
 
