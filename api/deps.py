@@ -59,7 +59,6 @@ def get_db_session(request: Request) -> Iterator[Session]:
 SessionDep = Annotated[Session, Depends(get_db_session, scope="function")]
 
 
-
 def get_now() -> dt.datetime:
     """The time of the request (aware UTC): deadlines, lateness and audit stamps use it."""
     return utc_now()
