@@ -1,9 +1,10 @@
-# syntax=docker/dockerfile:1
 # API image: FastAPI service, `grader students ...` admin commands and the one-shot migration
 # (`alembic upgrade head`). Slim on purpose: the project is installed WITHOUT the `grader`
 # extra, so torch and triton are absent; api/ and submissions/ never import them, and a web
 # process never touches a GPU. Build context: the repository root (see compose.yaml).
 # Secrets are never baked in: they arrive at run time from the .env file (env_file).
+# No `# syntax=` line: BuildKit would pull that frontend from Docker Hub (see worker.Dockerfile).
+# PYTHON_IMAGE: docker/compose.local.yaml swaps in a locally built Python for hosts without a registry.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
@@ -13,13 +14,18 @@ ENV PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
-WORKDIR /src
-COPY pyproject.toml README.md build_hooks.py ./
+# The project lives in /app as in a checkout, installed in editable mode: submissions/migrations.py
+# finds alembic.ini and alembic/ beside its package (REPOSITORY_ROOT), which `grader serve`
+# (it migrates at start) and `grader worker` (it waits for the newest revision) need. A plain
+# install into site-packages would make that root site-packages, whose alembic/ is the library.
+WORKDIR /app
+COPY pyproject.toml README.md build_hooks.py alembic.ini ./
+COPY alembic/ alembic/
 COPY grader/ grader/
 COPY api/ api/
 COPY submissions/ submissions/
-# A non-editable install of the service dependencies only (no grader extra, so no torch).
-RUN pip install --no-cache-dir "./[server]" \
+# The service dependencies only (no grader extra, so no torch).
+RUN pip install --no-cache-dir -e "./[server]" \
     && if python -c "import torch" 2>/dev/null; then echo "torch leaked into the API image" >&2; exit 1; fi
 
 FROM ${PYTHON_IMAGE}
@@ -30,11 +36,10 @@ RUN groupadd --system --gid 10001 grader \
     && useradd --system --uid 10001 --gid grader --no-create-home --home-dir /nonexistent \
        --shell /usr/sbin/nologin grader
 COPY --from=build /opt/venv /opt/venv
-# `alembic upgrade head` runs from here: alembic.ini and the migration scripts live beside
-# each other, the installed packages come from /opt/venv (no source tree shadows them).
+# `alembic upgrade head` (the migrate service) runs from here: alembic.ini and the migration
+# scripts beside the project's packages, which the venv imports from here (editable install).
+COPY --from=build /app /app
 WORKDIR /app
-COPY alembic.ini ./
-COPY alembic/ alembic/
 USER 10001:10001
 EXPOSE 8000
 CMD ["grader", "serve", "--host", "0.0.0.0", "--port", "8000", "--workers-embedded", "0"]

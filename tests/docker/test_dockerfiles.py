@@ -130,23 +130,38 @@ def test_no_secret_is_baked_into_an_image(name):
 
 def test_api_image_has_no_grader_extra():
     runs = " ".join(rest for word, rest in _instructions("api.Dockerfile") if word == "RUN")
-    assert 'pip install --no-cache-dir "./[server]"' in runs
+    assert 'pip install --no-cache-dir -e "./[server]"' in runs
     assert "grader]" not in (DOCKER / "api.Dockerfile").read_text()
     assert "grader," not in (DOCKER / "api.Dockerfile").read_text()
     assert "import torch" in runs, "the build refuses an image where torch got in"
 
 
 def test_api_image_carries_the_migrations():
+    # submissions/migrations.py finds alembic.ini and alembic/ beside its packages: the
+    # project sits in /app as in a checkout, installed in editable mode (a plain install into
+    # site-packages would point it at the alembic library instead).
+    instructions = _instructions("api.Dockerfile")
+    build = instructions[: max(i for i, (w, _) in enumerate(instructions) if w == "FROM")]
+    assert ("WORKDIR", "/app") in build
+    copies = [rest for word, rest in build if word == "COPY"]
+    assert "pyproject.toml README.md build_hooks.py alembic.ini ./" in copies
+    assert "alembic/ alembic/" in copies
     stage = _final_stage("api.Dockerfile")
     assert ("WORKDIR", "/app") in stage
-    copies = [rest for word, rest in stage if word == "COPY"]
-    assert "alembic.ini ./" in copies
-    assert "alembic/ alembic/" in copies
+    assert "--from=build /app /app" in [rest for word, rest in stage if word == "COPY"]
+
+
+def test_worker_image_carries_the_migrations_outside_the_sandbox():
+    runs = " ".join(rest for word, rest in _instructions("worker.Dockerfile") if word == "RUN")
+    assert re.search(r"cp -r [^&]*/tmp/context/alembic\.ini [^&]*/tmp/context/alembic [^&]* /app/", runs)
+    assert "/tmp/context/build_hooks.py" in runs, "pyproject's cmdclass imports it"
+    allowed = (DOCKER / "worker.Dockerfile.dockerignore").read_text().splitlines()
+    assert {"!alembic/", "!alembic.ini"} <= set(allowed)
 
 
 def test_worker_image_has_the_grader_extra_bubblewrap_and_a_compiler():
     runs = " ".join(rest for word, rest in _instructions("worker.Dockerfile") if word == "RUN")
-    assert '".[server,grader]"' in runs
+    assert '-e "/app[server,grader]"' in runs
     # The benchmark times the course reference as a peer: the worker's build keeps it
     # (build_hooks.py leaves it out of every other build, the students' included).
     assert "KERNEL_GRADER_BUNDLE_REFERENCE=1 pip install" in runs
