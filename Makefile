@@ -18,7 +18,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: serve test install check-reference clean
+.PHONY: serve test install check-reference compose-smoke clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,14 @@ test: $(STAMP)
 # Grade the bundled reference solution with the CPU interpreter (no GPU needed).
 check-reference: $(STAMP)
 	$(VENV)/bin/grader check grader/assignments/softmax_backward/reference.py
+
+# `docker compose up` for real, end to end, on this host (root; docker/local/compose-smoke.sh):
+# starts dockerd if none answers, builds the local base images (debootstrap + docker import,
+# cached) and the API and CPU worker images, starts the stack with the CPU override, grades the
+# reference solution through it, then `down -v`. COMPOSE_SMOKE_ARGS=--cold times a cold run.
+COMPOSE_SMOKE_LOG ?= var/compose-smoke/compose-smoke.log
+compose-smoke: $(STAMP)
+	PYTHON=$(abspath $(PY)) docker/local/compose-smoke.sh --log $(COMPOSE_SMOKE_LOG) $(COMPOSE_SMOKE_ARGS)
 
 clean:
 	rm -rf $(VENV) var .pytest_cache

@@ -28,7 +28,9 @@ from deploy_files import (
     strip_tags,
 )
 
-UPSTREAM_IMAGES = ("postgres:",)  # run their image's own server, never one of our commands
+# Run their image's own server, never one of our commands (the second: docker/local/postgres.Dockerfile,
+# the official image's stand-in on a host without a registry).
+UPSTREAM_IMAGES = ("postgres:", "kernel-grader-base/postgres:")
 
 
 def _services(doc):

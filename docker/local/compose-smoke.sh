@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# `make compose-smoke`: the Compose deployment end to end, for real, on a host without a
+# container registry (docs/deployment.md, "A host without a container registry"):
+#   engine up (start-engine.sh) -> local base images (build-base-images.sh, cached) -> the API
+#   and CPU worker images built -> `docker compose -f docker/compose.yaml -f docker/compose.cpu.yaml
+#   -f docker/compose.local.yaml up -d` -> /healthz ok -> the sandbox check of the guide's step 6
+#   -> a student made with `grader students add` inside the api container -> the reference
+#   solution uploaded over HTTP to the published port and graded by the CPU worker in its
+#   bubblewrap sandbox (expected: passed, with the Triton of worker.Dockerfile) -> `down -v`
+#   -> nothing of the project left (containers, volumes, networks). Exit 0 only if all of it held.
+#
+# It never touches a deployment on the same host: it runs from a copy of this checkout (the
+# files git tracks or would track, plus the staged torch wheel) in COMPOSE_SMOKE_DIR, with an
+# .env of fresh random secrets made there (mode 0600, deleted with the copy), under its own
+# Compose project name (COMPOSE_SMOKE_PROJECT), publishing the API on 127.0.0.1 and a free port.
+# It does rebuild the shared image tags kernel-grader-api:local and kernel-grader-worker:cpu.
+#
+# Usage (as root; make compose-smoke passes PYTHON and the log):
+#   docker/local/compose-smoke.sh [--log FILE] [--cold]
+#     --cold   first remove this project's images, the local base images and the BuildKit cache
+#              (`docker builder prune -af`: all of the engine's build cache) to time a cold run.
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/../.." && pwd)"
+here="$repo/docker/local"
+PYTHON="${PYTHON:-$repo/.venv/bin/python}"
+PROJECT="${COMPOSE_SMOKE_PROJECT:-kernel-grader-smoke}"
+RUN_DIR="${COMPOSE_SMOKE_DIR:-/var/tmp/kernel-grader-compose-smoke}"
+SUBMISSION="${COMPOSE_SMOKE_FILE:-grader/assignments/softmax_backward_reference.py}"
+export GRADER_CPU_TORCH_VERSION="${GRADER_CPU_TORCH_VERSION:-2.13.0+cpu}"
+cold=0
+log_file=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --cold) cold=1 ;;
+        --log) log_file="$2"; shift ;;
+        *) echo "usage: $0 [--log FILE] [--cold]" >&2; exit 2 ;;
+    esac
+    shift
+done
+if [ -n "$log_file" ]; then
+    mkdir -p "$(dirname "$log_file")"
+    exec > >(tee "$log_file") 2>&1
+fi
+
+log() { printf '[smoke %s] %s\n' "$(date -u +%H:%M:%S)" "$*"; }
+timings=()
+phase_name=""
+phase_start=$SECONDS
+phase() {
+    [ -z "$phase_name" ] || timings+=("$(printf '%-28s %5d s' "$phase_name" $((SECONDS - phase_start)))")
+    phase_name="$1"; phase_start=$SECONDS
+    [ "$1" = end ] || log "== $1"
+}
+
+# The Triton the worker must grade with: worker.Dockerfile's TRITON_VERSION (the Makefile's
+# TRITON_SPEC pins the same, tests/docker checks it).
+triton_version="$(sed -n 's/^ARG TRITON_VERSION=//p' "$repo/docker/worker.Dockerfile")"
+
+log "kernel-grader compose smoke: $(git -C "$repo" rev-parse --short HEAD)$(git -C "$repo" diff --quiet HEAD -- . 2>/dev/null || echo ' (+ uncommitted changes)')," \
+    "$(uname -srm), $(nproc) CPUs, $(free -g | awk '/^Mem:/ {print $2}') GiB, cold=$cold"
+
+phase "engine"
+"$here/start-engine.sh"
+log "docker $(docker version --format 'client {{.Client.Version}}, server {{.Server.Version}}'), storage $(docker info --format '{{.Driver}}'), compose $(docker compose version --short)"
+
+compose=(docker compose --project-name "$PROJECT" --project-directory "$RUN_DIR/docker"
+         -f "$RUN_DIR/docker/compose.yaml" -f "$RUN_DIR/docker/compose.cpu.yaml"
+         -f "$RUN_DIR/docker/compose.local.yaml")
+
+if [ "$cold" = 1 ]; then
+    phase "cold: remove caches"
+    docker compose --project-name "$PROJECT" down -v --remove-orphans >/dev/null 2>&1 || true
+    mapfile -t ours < <(docker image ls --format '{{.Repository}}:{{.Tag}}' \
+        | grep -E '^(kernel-grader-base/|kernel-grader-api:local$|kernel-grader-worker:cpu$)' || true)
+    [ "${#ours[@]}" -eq 0 ] || docker image rm --force "${ours[@]}" >/dev/null
+    docker builder prune -af >/dev/null
+    log "removed ${#ours[@]} images and the build cache"
+fi
+
+phase "base images"
+"$here/build-base-images.sh"
+
+phase "stage the run directory"
+rm -rf "$RUN_DIR"
+mkdir -p "$RUN_DIR"
+trap 'rm -rf "$RUN_DIR"' EXIT
+# The working tree as git sees it (tracked and untracked-but-not-ignored files): no .env, .venv,
+# var/ or staged wheels of this checkout come along.
+# (--ignore-failed-read: a tracked file deleted in the working tree is skipped.)
+(cd "$repo" && git ls-files -z --cached --others --exclude-standard \
+    | tar --null --ignore-failed-read -T - -cf - 2>/dev/null) | tar -xf - -C "$RUN_DIR"
+# The CPU wheel of torch, from wherever pip finds it on this host (here: its local wheel folder).
+wheel_cache="$repo/var/compose-smoke/wheels"
+mkdir -p "$wheel_cache"
+"$PYTHON" -m pip download --quiet --no-deps --only-binary=:all: --dest "$wheel_cache" "torch==$GRADER_CPU_TORCH_VERSION"
+wheel_pattern="torch-${GRADER_CPU_TORCH_VERSION//+/?}-*.whl"     # "+" is "_" or "+" in file names
+# shellcheck disable=SC2086  # the pattern is meant to glob
+cp "$wheel_cache"/$wheel_pattern "$RUN_DIR/docker/wheels/"
+log "staged $(cd "$RUN_DIR/docker/wheels" && ls -- *.whl)"
+# Fresh secrets for this run only; nothing of them is printed.
+secret() { python3 -c 'import secrets; print(secrets.token_hex(32))'; }
+db_password="$(secret)"
+umask 077
+cat > "$RUN_DIR/.env" <<ENV
+POSTGRES_PASSWORD=$db_password
+GRADER_DATABASE_URL=postgresql+psycopg://grader:$db_password@db:5432/grader
+GRADER_INSTRUCTOR_TOKEN=$(secret)
+GRADER_DEPLOYMENT_SEED=$(secret)
+GRADER_ENVIRONMENT=production
+ENV
+umask 022
+unset db_password
+export GRADER_API_BIND=127.0.0.1
+GRADER_API_PORT="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+export GRADER_API_PORT
+log ".env with fresh secrets in $RUN_DIR (0600); API on 127.0.0.1:$GRADER_API_PORT"
+
+phase "build api + worker images"
+app_images=(kernel-grader-api:local kernel-grader-worker:cpu)
+previous_ids="$(docker image inspect --format '{{.Id}}' "${app_images[@]}" 2>/dev/null || true)"
+"${compose[@]}" --progress plain build
+# The images these tags named before, now untagged: removed (with the vfs storage driver each
+# is gigabytes of full layer copies). Images still used by a container stay.
+current_ids="$(docker image inspect --format '{{.Id}}' "${app_images[@]}")"
+for id in $previous_ids; do
+    grep -qxF "$id" <<<"$current_ids" || docker image rm "$id" >/dev/null 2>&1 || true
+done
+
+on_exit() {
+    status=$?
+    set +e
+    if [ "$status" != 0 ]; then
+        log "FAILED (exit $status): state and logs of the stack"
+        "${compose[@]}" ps -a
+        "${compose[@]}" logs --no-color --tail 200
+    fi
+    log "docker compose down -v"
+    "${compose[@]}" down -v --remove-orphans --timeout 30
+    rm -rf "$RUN_DIR"
+    exit "$status"
+}
+trap on_exit EXIT
+
+phase "up until healthy"
+"${compose[@]}" up -d
+python3 - "$GRADER_API_PORT" <<'PY'
+import json, sys, time, urllib.request
+deadline = time.monotonic() + 300
+while True:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/healthz", timeout=5) as r:
+            health = json.load(r)
+            if health.get("status") == "ok":
+                print("GET /healthz ->", json.dumps(health))
+                break
+    except OSError:
+        pass
+    if time.monotonic() > deadline:
+        sys.exit("no healthy API with a live worker after 300 s")
+    time.sleep(1)
+PY
+"${compose[@]}" ps -a --format 'table {{.Service}}\t{{.Image}}\t{{.Status}}'
+log "in the worker: $("${compose[@]}" exec -T worker python -c 'import torch, triton, numpy; print("torch", torch.__version__, "triton", triton.__version__, "numpy", numpy.__version__)')"
+
+phase "sandbox check (step 6)"
+# The guide's check, as the worker's user: bwrap must start, the sandbox must see only its own
+# PIDs, and the network must be unreachable.
+set +e
+sandbox_out="$("${compose[@]}" exec -T worker \
+    bwrap --unshare-all --die-with-parent --ro-bind / / --proc /proc --dev /dev --tmpfs /tmp \
+    python -c "import os, socket; print('pids:', [p for p in os.listdir('/proc') if p.isdigit()]); socket.create_connection(('db', 5432), 2)" 2>&1)"
+set -e
+printf '%s\n' "$sandbox_out"
+if ! grep -q '^pids:' <<<"$sandbox_out" || grep -q '^bwrap:' <<<"$sandbox_out" \
+        || ! grep -qE 'gaierror|Temporary failure in name resolution|Network is unreachable' <<<"$sandbox_out"; then
+    log "the sandbox check did not show bwrap running without network"; exit 1
+fi
+
+phase "student + graded upload"
+student_token="$("${compose[@]}" exec -T api grader students add "smoke-$(date -u +%Y%m%d%H%M%S)" | head -n 1)"
+[ -n "$student_token" ] || { log "grader students add printed no token"; exit 1; }
+python3 "$here/smoke_client.py" --base-url "http://127.0.0.1:$GRADER_API_PORT" \
+    --student-token "$student_token" --file "$RUN_DIR/$SUBMISSION" \
+    --expect-status passed --expect-triton "$triton_version"
+"${compose[@]}" logs --no-color worker | tail -n 15
+
+phase "down -v"
+trap - EXIT
+"${compose[@]}" down -v --remove-orphans --timeout 30
+left="$(docker ps -aq --filter "label=com.docker.compose.project=$PROJECT")$(docker volume ls -q --filter "label=com.docker.compose.project=$PROJECT")$(docker network ls -q --filter "label=com.docker.compose.project=$PROJECT")"
+rm -rf "$RUN_DIR"
+if [ -n "$left" ]; then log "left behind after down: $left"; exit 1; fi
+log "nothing of project $PROJECT is left (containers, volumes, networks)"
+
+phase end
+log "images: $(docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E '^kernel-grader-(api:local|worker:cpu|base/[a-z]+:[^ ]*-local) ' | paste -sd ',' | sed 's/,/, /g')"
+log "timings (total $SECONDS s):"
+printf '  %s\n' "${timings[@]}"
+log "COMPOSE SMOKE PASSED"
