@@ -67,9 +67,10 @@ compose=(docker compose --project-name "$PROJECT" --project-directory "$RUN_DIR/
          -f "$RUN_DIR/docker/compose.yaml" -f "$RUN_DIR/docker/compose.cpu.yaml"
          -f "$RUN_DIR/docker/compose.local.yaml")
 
+# Whatever an interrupted earlier run left of this project goes first.
+docker compose --project-name "$PROJECT" down -v --remove-orphans >/dev/null 2>&1 || true
 if [ "$cold" = 1 ]; then
     phase "cold: remove caches"
-    docker compose --project-name "$PROJECT" down -v --remove-orphans >/dev/null 2>&1 || true
     mapfile -t ours < <(docker image ls --format '{{.Repository}}:{{.Tag}}' \
         | grep -E '^(kernel-grader-base/|kernel-grader-api:local$|kernel-grader-worker:cpu$)' || true)
     [ "${#ours[@]}" -eq 0 ] || docker image rm --force "${ours[@]}" >/dev/null
@@ -160,16 +161,24 @@ while True:
     time.sleep(1)
 PY
 "${compose[@]}" ps -a --format 'table {{.Service}}\t{{.Image}}\t{{.Status}}'
-log "in the worker: $("${compose[@]}" exec -T worker python -c 'import torch, triton, numpy; print("torch", torch.__version__, "triton", triton.__version__, "numpy", numpy.__version__)')"
+log "in the worker: $("${compose[@]}" exec -T worker python -c 'import torch, triton, numpy; print("torch", torch.__version__, "triton", triton.__version__, "numpy", numpy.__version__)' < /dev/null)"
 
 phase "sandbox check (step 6)"
 # The guide's check, as the worker's user: bwrap must start, the sandbox must see only its own
 # PIDs, and the network must be unreachable.
-set +e
-sandbox_out="$("${compose[@]}" exec -T worker \
-    bwrap --unshare-all --die-with-parent --ro-bind / / --proc /proc --dev /dev --tmpfs /tmp \
-    python -c "import os, socket; print('pids:', [p for p in os.listdir('/proc') if p.isdigit()]); socket.create_connection(('db', 5432), 2)" 2>&1)"
-set -e
+# (Up to three tries: once, on the 2026-12-01 warm run, `exec` returned without any output at
+# all, not even bwrap's; an empty answer is retried, any other is judged.)
+for _ in 1 2 3; do
+    set +e
+    sandbox_out="$("${compose[@]}" exec -T worker \
+        bwrap --unshare-all --die-with-parent --ro-bind / / --proc /proc --dev /dev --tmpfs /tmp \
+        python -c "import os, socket; print('pids:', [p for p in os.listdir('/proc') if p.isdigit()]); socket.create_connection(('db', 5432), 2)" \
+        2>&1 < /dev/null)"
+    set -e
+    [ -z "$sandbox_out" ] || break
+    log "exec returned no output; again in 2 s"
+    sleep 2
+done
 printf '%s\n' "$sandbox_out"
 if ! grep -q '^pids:' <<<"$sandbox_out" || grep -q '^bwrap:' <<<"$sandbox_out" \
         || ! grep -qE 'gaierror|Temporary failure in name resolution|Network is unreachable' <<<"$sandbox_out"; then
@@ -177,7 +186,7 @@ if ! grep -q '^pids:' <<<"$sandbox_out" || grep -q '^bwrap:' <<<"$sandbox_out" \
 fi
 
 phase "student + graded upload"
-student_token="$("${compose[@]}" exec -T api grader students add "smoke-$(date -u +%Y%m%d%H%M%S)" | head -n 1)"
+student_token="$("${compose[@]}" exec -T api grader students add "smoke-$(date -u +%Y%m%d%H%M%S)" < /dev/null | head -n 1)"
 [ -n "$student_token" ] || { log "grader students add printed no token"; exit 1; }
 python3 "$here/smoke_client.py" --base-url "http://127.0.0.1:$GRADER_API_PORT" \
     --student-token "$student_token" --file "$RUN_DIR/$SUBMISSION" \

@@ -265,3 +265,12 @@ def test_the_hosts_extra_cas_are_trusted_and_part_of_the_recipe(stub_host):
     assert any(c.startswith("chroot ") and c.endswith("update-ca-certificates") for c in second), second
     assert sum(c.startswith("debootstrap") for c in second) == 1, "a new CA makes a new Debian image"
     assert len([c for c in second if " build " in c]) == 2, "and new images on top of it"
+
+
+def test_ci_runs_the_smoke_only_where_an_engine_starts_and_still_ends_with_make_test():
+    lines = [l.strip() for l in (REPO / ".ci" / "run").read_text().splitlines()
+             if l.strip() and not l.strip().startswith("#")]
+    assert lines[-1] == "make test", "the suite's summary stays the last lines of CI's output"
+    guard = next(i for i, l in enumerate(lines) if "docker/local/start-engine.sh" in l)
+    assert lines[guard].startswith("if ") and "make compose-smoke" in lines[guard + 1]
+    assert lines[guard + 1].startswith("timeout "), "bounded in time"
