@@ -2,7 +2,7 @@
 freshly started stack, with the standard library only (it runs on the host, outside the images).
 
     python docker/local/smoke_client.py --base-url http://127.0.0.1:18000 \
-        --student-token gst_... --file grader/assignments/softmax_backward_reference.py
+        --student-token gst_... --file grader/assignments/softmax_backward/reference.py
 
 1. waits until `/healthz` answers 200 with `status: ok` (the database answers and a worker
    has sent a heartbeat);
