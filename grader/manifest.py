@@ -22,8 +22,9 @@ class AssignmentManifest:
         name: registry key, used in URLs, the database and ``grader check --assignment``.
         title: one line for people (CLI listings, web pages).
         function: the top-level callable the student's file must define.
-        arguments: the positional argument names of ``function``, in order (documentation,
-            the starter template and error messages use them).
+        arguments: the positional argument names of ``function``, in order, an optional one
+            written with its default (``ignore_index=-100``); documentation, the starter
+            template and error messages use them.
         module_file: the file name the student edits and uploads; the grader writes the
             source under this name before importing it in the sandbox.
         package: the grader package that holds the assignment's folder (spec, oracle, inputs,
@@ -51,6 +52,14 @@ MANIFESTS: dict[str, AssignmentManifest] = {
         arguments=("y", "g"),
         module_file="softmax_backward.py",
         package="grader.assignments.softmax_backward",
+    ),
+    "softmax_cross_entropy_backward": AssignmentManifest(
+        name="softmax_cross_entropy_backward",
+        title="Softmax cross-entropy backward, fused per row: dx = (softmax(x) - onehot(t)) * grad / n_valid",
+        function="softmax_cross_entropy_backward",
+        arguments=("x", "t", "grad", "ignore_index=-100"),
+        module_file="softmax_cross_entropy_backward.py",
+        package="grader.assignments.softmax_cross_entropy_backward",
     ),
 }
 
