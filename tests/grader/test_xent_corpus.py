@@ -55,6 +55,7 @@ MISTAKES = {
     "no check of out-of-range targets": "no_target_check.py",
     "no requires_grad rejection": "no_requires_grad_check.py",
     "pure PyTorch": "pure_pytorch.py",
+    "n_valid counted by PyTorch outside the Triton launches": "n_valid_from_torch.py",
 }
 
 # The sentence the value checks add when the output matches a common mistake: file -> (check, fragment).
@@ -116,10 +117,11 @@ def test_the_correct_corpus_has_two_styles():
 def test_the_starter_template_runs_and_fails_only_what_it_leaves_to_do(graded):
     document = graded.result(_key(TEMPLATE))
     assert document["verdict"] == "failed" and document["error"] is None, summary(document)
-    # Its wrapper already validates and launches a kernel; the kernel body and the target
-    # check are the student's work.
-    assert {"rejects_mismatch", "rejects_requires_grad", "output_contract", "triton_kernel"} <= passed_checks(document)
+    # Its wrapper already validates and launches the kernels; the kernel bodies and the target
+    # check are the student's work. No output is right, so there is nothing to replay.
+    assert {"rejects_mismatch", "rejects_requires_grad", "output_contract"} <= passed_checks(document)
     assert {"example_three_class", "autograd_fp32", "rejects_out_of_range_targets"} <= failed_checks(document)
+    assert check(document, "triton_kernel")["skipped"], summary(document)
 
 
 # ---- the wrong corpus -------------------------------------------------------------------------
@@ -173,7 +175,21 @@ def test_missing_target_check_is_reported_per_target(graded):
 
 def test_pure_pytorch_launches_no_kernel(graded):
     kernel = check(graded.result(f"{ASSIGNMENT}/wrong/pure_pytorch.py"), "triton_kernel")
-    assert kernel["details"]["calls_without_kernel"] == kernel["details"]["calls"] > 0, kernel
+    assert kernel["details"]["failed"] == kernel["details"]["calls"] > 0 and kernel["details"]["launches"] == 0, kernel
+    assert "launched no @triton.jit kernel" in kernel["message"], kernel
+
+
+def test_count_outside_triton_is_caught_by_the_replay(graded):
+    kernel = check(graded.result(f"{ASSIGNMENT}/wrong/n_valid_from_torch.py"), "triton_kernel")
+    assert "did not reproduce the output" in kernel["message"], kernel
+    assert "PyTorch operators outside Triton" in kernel["message"], kernel
+    assert kernel["details"]["launches"] > 0, kernel
+
+
+def test_reference_launches_replay_on_new_targets_and_grad(graded):
+    kernel = check(graded.result(_key(REFERENCE)), "triton_kernel")
+    # two launches per value call: the target count and the row kernel
+    assert kernel["passed"] and kernel["details"]["launches"] == 2 * kernel["details"]["calls"], kernel
 
 
 # ---- the command line, as the lead runs it on the GPU (here on the CPU, another seed) ------------

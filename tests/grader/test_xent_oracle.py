@@ -232,3 +232,21 @@ def test_diagnosis_names_a_flipped_sign(plan):
     flipped = (-call.expected[0]).to(torch.float32)
     assert "the sign is flipped" in xent_checks.diagnose(flipped, call, evidence)
     assert xent_checks.diagnose(call.expected[0].to(torch.float32) * 0.5, call, evidence) == ""
+
+
+def test_replay_inputs_keep_layouts_and_change_n_valid_and_grad(plan):
+    recorded = [call for check in plan.checks for call in check.calls if call.record_launches]
+    assert recorded and all(call.expect == "output" for call in recorded)
+    for call in recorded:
+        ignore_index = call.extra["ignore_index"]
+        for original, again in zip(call.args, call.replay_args):
+            assert (original.size, original.stride, original.offset) == (again.size, again.stride, again.offset)
+            assert again.base != original.base
+        assert call.replay_kwargs == call.kwargs
+        t, t_again = plan.bank.values_of(call.args[1]), plan.bank.values_of(call.replay_args[1])
+        grad, grad_again = float(plan.bank.values_of(call.args[2])), float(plan.bank.values_of(call.replay_args[2]))
+        assert grad_again != grad and grad_again * grad < 0  # another grad, of the other sign
+        if t.shape[0] > 1:
+            assert count_valid(t_again, ignore_index) != count_valid(t, ignore_index), call.id
+        replay = xent_grad_fp64(*(plan.bank.values_of(s) for s in call.replay_args), ignore_index)[0]
+        assert torch.equal(replay, call.replay_expected)

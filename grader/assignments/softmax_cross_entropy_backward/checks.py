@@ -52,13 +52,40 @@ def _grad_tensor(value: float) -> torch.Tensor:
     return torch.tensor(value, dtype=torch.float64)
 
 
+def _replay_inputs(plan: Plan, t: torch.Tensor, cols: int, grad: float, ignore_index: int
+                   ) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """New (x, t, grad) for replaying a call's Triton launches: fresh logits and classes, one
+    ignored row more (or fewer) than the call had, so n_valid changes wherever it can (M > 1),
+    and another grad, so launches that do not count the targets or read grad themselves do
+    not reproduce the output."""
+    rows = t.shape[0]
+    ignored_before = int((t == ignore_index).sum())
+    ignored_now = ignored_before + 1 if ignored_before + 1 < rows else max(ignored_before - 1, 0)
+    ignored = tuple(int(r) for r in torch.randperm(rows, generator=plan.generator)[:ignored_now])
+    x = make_logits(plan.generator, rows, cols)
+    t_new = make_targets(plan.generator, rows, cols, ignored=ignored, ignore_index=ignore_index)
+    if rows > 1 and count_valid(t_new, ignore_index) == count_valid(t, ignore_index):
+        # ignore_index is a class that the new targets hit: change one row back or forth
+        valid_rows = torch.nonzero(t_new != ignore_index).flatten()
+        if len(valid_rows) > 1:
+            t_new[int(valid_rows[0])] = ignore_index
+        else:
+            t_new[int(torch.nonzero(t_new == ignore_index).flatten()[0])] = 0 if ignore_index != 0 else 1
+    magnitude = float(torch.empty((), dtype=torch.float64).uniform_(0.5, 2.0, generator=plan.generator))
+    return x, t_new, (-magnitude if grad > 0 else magnitude)
+
+
 def _value_call(plan: Plan, call_id: str, x_values: torch.Tensor, t_values: torch.Tensor, grad: float,
                 dtype: torch.dtype, *, x_layout: str = "contiguous", t_layout: str = "contiguous",
                 ignore_index: int | None = None, autograd: bool = False, label: str = "") -> PlannedCall:
     """A call on (x, t, grad) with x placed as a ``dtype`` view, t as an int64 view and grad as
     a 0-d float32 tensor; ``ignore_index`` is passed as a keyword when given (else the default
     -100 applies). The oracle is computed from the values as placed (rounded x, fp32 grad):
-    the p - y formula, or PyTorch's fp64 autograd of F.cross_entropy when ``autograd``."""
+    the p - y formula, or PyTorch's fp64 autograd of F.cross_entropy when ``autograd``.
+
+    Its Triton launches are recorded and replayed on new (x, t, grad) of the same shapes and
+    layouts (``_replay_inputs``; check ``triton_kernel``), with the oracle of those values.
+    """
     bank = plan.bank
     x_spec = bank.view(x_values, dtype, x_layout)
     t_spec = bank.view(t_values, torch.int64, t_layout)
@@ -69,19 +96,29 @@ def _value_call(plan: Plan, call_id: str, x_values: torch.Tensor, t_values: torc
     if autograd:
         oracle = autograd_xent_grad_fp64(x_placed, t_placed, grad_placed, effective)
     m, c = x_values.shape
+    x_replay, t_replay, grad_replay = _replay_inputs(plan, t_placed, c, grad, effective)
+    replay_args = [bank.relayout(x_spec, x_replay), bank.relayout(t_spec, t_replay),
+                   bank.relayout(grad_spec, _grad_tensor(grad_replay))]
+    replay_expected, replay_scale = xent_grad_fp64(*(bank.values_of(s) for s in replay_args), effective)
     n_valid = count_valid(t_placed, effective)
     default_label = f"({m}, {c}) {dtype_name(dtype)}, grad {grad:g}, n_valid {n_valid}"
     if ignore_index is not None:
         default_label += f", ignore_index={ignore_index}"
+    kwargs = {} if ignore_index is None else {"ignore_index": scalar(ignore_index)}
     return PlannedCall(
         id=call_id,
         args=[x_spec, t_spec, grad_spec],
-        kwargs={} if ignore_index is None else {"ignore_index": scalar(ignore_index)},
+        kwargs=kwargs,
         label=label or default_label,
         expected=[oracle],
         scale=[scale],
         tolerance=TOLERANCES[dtype],
         out_dtype=dtype,
+        record_launches=True,
+        replay_args=replay_args,
+        replay_kwargs=dict(kwargs),
+        replay_expected=replay_expected,
+        replay_scale=replay_scale,
         extra={"ignore_index": effective},
     )
 
@@ -436,7 +473,8 @@ def _check_fresh_results(plan: Plan) -> PlannedCheck:
 
 def _check_triton_kernel(plan: Plan) -> PlannedCheck:
     def evaluate(check: PlannedCheck, evidence: CheckEvidence) -> CheckOutcome:
-        return evaluate_triton_kernel(check, evidence, hint=HINTS[check.name])
+        recorded = [call for other in plan.checks for call in other.calls if call.record_launches]
+        return evaluate_triton_kernel(check, evidence, recorded=recorded, hint=HINTS[check.name])
 
     return PlannedCheck("triton_kernel", [], evaluate)
 

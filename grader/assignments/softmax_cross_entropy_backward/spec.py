@@ -140,7 +140,9 @@ HINTS = {
     "rejects_out_of_range_targets": "raise ValueError when a target is neither ignore_index nor in [0, C)",
     "edge_shapes": "handle C=1, M=1, odd C, many short rows and rows longer than one block (loop over the row)",
     "fresh_results": "compute from the values in memory on every call; do not cache by pointer",
-    "triton_kernel": "the work must be done by a @triton.jit kernel launched on every call",
+    "triton_kernel": "the work must be done by @triton.jit kernels, n_valid included: the grader replays each "
+                     "call's Triton launches alone on new x, t and grad, and the output must come out right "
+                     "(a count or a sum made with PyTorch in the wrapper is not replayed)",
 }
 
 #: Added to the error of a call that crashed the process (a signal or a CUDA error).

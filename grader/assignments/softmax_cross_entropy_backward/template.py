@@ -22,6 +22,11 @@ Return a fresh contiguous (M, C) tensor of x's dtype. Raise ValueError or TypeEr
 mismatched shapes/dtypes/devices, for x or grad requiring grad, and for targets that are
 neither ignore_index nor in [0, C).
 
+All of dx must come from your Triton kernels, n_valid included: the grader replays each call's
+Triton launches alone on new x, t and grad (check triton_kernel), and so does the GPU
+benchmark. The wrapper may validate, allocate and zero buffers; a count or a sum made with
+PyTorch there is not replayed.
+
 Example (the lesson's numbers): x = log([0.25, 0.60, 0.15]), t = [1], grad = 1 gives
 dx = [0.25, -0.40, 0.15]. Check locally with
 ``grader check softmax_cross_entropy_backward.py --assignment softmax_cross_entropy_backward``;
@@ -34,14 +39,22 @@ import triton.language as tl
 
 
 @triton.jit
-def _xent_backward_kernel(x_ptr, t_ptr, grad_ptr, dx_ptr, n_cols, n_valid,
+def _count_valid_kernel(t_ptr, n_valid_ptr, n_rows, stride_t, ignore_index, BLOCK: tl.constexpr):
+    block = tl.program_id(0)
+    # TODO: load this program's BLOCK targets (t_ptr + index * stride_t, masked past n_rows),
+    # count those != ignore_index and add the count to n_valid_ptr with tl.atomic_add.
+    pass
+
+
+@triton.jit
+def _xent_backward_kernel(x_ptr, t_ptr, grad_ptr, n_valid_ptr, dx_ptr, n_cols,
                           stride_xm, stride_xc, stride_t, stride_dxm, ignore_index,
                           BLOCK_C: tl.constexpr):
     row = tl.program_id(0)
-    # TODO: load this row's target (t_ptr + row * stride_t). Loop over the row in chunks of
-    # BLOCK_C (mask the columns past n_cols, load as fp32): keep a running max and a running
-    # sum of exp(x - max), rescaling the sum when the max grows. Then loop again and store
-    # (exp(x - max) / sum - (col == target)) * grad / n_valid, or 0 for an ignored row.
+    # TODO: load this row's target (t_ptr + row * stride_t), n_valid and grad. Loop over the row
+    # in chunks of BLOCK_C (mask the columns past n_cols, load as fp32): keep a running max and
+    # a running sum of exp(x - max), rescaling the sum when the max grows. Then loop again and
+    # store (exp(x - max) / sum - (col == target)) * grad / n_valid, or 0 for an ignored row.
     pass
 
 
@@ -58,13 +71,11 @@ def softmax_cross_entropy_backward(x: torch.Tensor, t: torch.Tensor, grad: torch
     if x.requires_grad or grad.requires_grad:
         raise ValueError("softmax_cross_entropy_backward is an explicit backward: x and grad must not require grad")
     # TODO: reject targets that are neither ignore_index nor in [0, C) (ValueError).
-    # TODO: n_valid: the number of targets != ignore_index. Computing it with torch and passing
-    # it to the kernel as a Python int is a host synchronisation; a device tensor the kernel
-    # loads (or a small counting kernel) avoids it.
-    n_valid = 1
     n_rows, n_cols = x.shape
     dx = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    n_valid = torch.zeros(1, dtype=torch.int32, device=x.device)
+    _count_valid_kernel[(triton.cdiv(n_rows, 1024),)](t, n_valid, n_rows, t.stride(0), ignore_index, BLOCK=1024)
     block_c = min(triton.next_power_of_2(max(n_cols, 1)), 4096)
-    _xent_backward_kernel[(n_rows,)](x, t, grad, dx, n_cols, n_valid, x.stride(0), x.stride(1), t.stride(0),
+    _xent_backward_kernel[(n_rows,)](x, t, grad, n_valid, dx, n_cols, x.stride(0), x.stride(1), t.stride(0),
                                      dx.stride(0), ignore_index, BLOCK_C=block_c)
     return dx

@@ -4,14 +4,23 @@ online max and sum-exp over the row in chunks, then a second loop that writes dx
 dx = (softmax(x) - onehot(t)) * grad / n_valid for 2-D logits x (M, C), float32/float16/
 bfloat16, any strides; int64 targets t (M,) with ignore_index; grad a 0-d float32 tensor.
 Pass 1 keeps a scalar running max and rescales the running sum whenever the max grows; pass 2
-reads the row again. n_valid is a device tensor (torch), loaded by the kernel, so nothing
-waits for the GPU except the target check. Not tuned: one program per row, chunks of 1024.
+reads the row again. n_valid is counted by a small Triton kernel (atomic adds into a zeroed
+int32) and loaded by the row kernel, so nothing waits for the GPU except the target check, and
+the launches alone compute dx. Not tuned: one program per row, chunks of 1024.
 """
 import torch
 import triton
 import triton.language as tl
 
 CHUNK = 1024
+COUNT_BLOCK = 1024
+
+
+@triton.jit
+def _count_valid_kernel(t_ptr, nvalid_ptr, M, st, ignore_index, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    t = tl.load(t_ptr + i * st, mask=i < M, other=ignore_index)
+    tl.atomic_add(nvalid_ptr, tl.sum((t != ignore_index).to(tl.int32), axis=0))
 
 
 @triton.jit
@@ -62,10 +71,11 @@ def softmax_cross_entropy_backward(x, t, grad, ignore_index=-100):
     valid = t != ignore_index
     if bool((valid & ((t < 0) | (t >= c))).any()):
         raise ValueError(f"targets must be in [0, {c}) or equal to ignore_index {ignore_index}")
-    n_valid = valid.sum()
     dx = torch.empty((m, c), dtype=x.dtype, device=x.device)
     if m == 0 or c == 0:
         return dx
+    n_valid = torch.zeros(1, dtype=torch.int32, device=x.device)
+    _count_valid_kernel[(triton.cdiv(m, COUNT_BLOCK),)](t, n_valid, m, t.stride(0), ignore_index, BLOCK=COUNT_BLOCK)
     _xent_row_kernel[(m,)](x, t, grad, n_valid, dx, c, x.stride(0), x.stride(1), t.stride(0), dx.stride(0),
                            ignore_index, CHUNK=CHUNK, num_warps=4)
     return dx

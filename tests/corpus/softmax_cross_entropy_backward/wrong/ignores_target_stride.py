@@ -9,6 +9,14 @@ import triton
 import triton.language as tl
 
 CHUNK = 1024
+COUNT_BLOCK = 1024
+
+
+@triton.jit
+def _count_valid_kernel(t_ptr, nvalid_ptr, M, st, ignore_index, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    t = tl.load(t_ptr + i * st, mask=i < M, other=ignore_index)
+    tl.atomic_add(nvalid_ptr, tl.sum((t != ignore_index).to(tl.int32), axis=0))
 
 
 @triton.jit
@@ -59,10 +67,11 @@ def softmax_cross_entropy_backward(x, t, grad, ignore_index=-100):
     valid = t != ignore_index
     if bool((valid & ((t < 0) | (t >= c))).any()):
         raise ValueError(f"targets must be in [0, {c}) or equal to ignore_index {ignore_index}")
-    n_valid = valid.sum()
     dx = torch.empty((m, c), dtype=x.dtype, device=x.device)
     if m == 0 or c == 0:
         return dx
+    n_valid = torch.zeros(1, dtype=torch.int32, device=x.device)
+    _count_valid_kernel[(triton.cdiv(m, COUNT_BLOCK),)](t, n_valid, m, t.stride(0), ignore_index, BLOCK=COUNT_BLOCK)
     _xent_row_kernel[(m,)](x, t, grad, n_valid, dx, c, x.stride(0), x.stride(1), t.stride(0), dx.stride(0),
                            ignore_index, CHUNK=CHUNK, num_warps=4)
     return dx

@@ -1,0 +1,71 @@
+"""softmax_cross_entropy_backward that counts n_valid with PyTorch in the wrapper
+((t != ignore_index).sum(), a device tensor the row kernel loads) instead of in a Triton kernel.
+
+Every output is right, but the count is work the Triton launches do not do: replayed alone on
+new targets (check triton_kernel), the launches read a count buffer nobody refilled. The
+assignment asks for n_valid from the kernels, as the GPU benchmark replays launches alone too.
+
+Expected failed checks: triton_kernel
+"""
+import torch
+import triton
+import triton.language as tl
+
+CHUNK = 1024
+
+
+@triton.jit
+def _xent_row_kernel(x_ptr, t_ptr, grad_ptr, nvalid_ptr, dx_ptr, C, sxm, sxc, st, sdm, ignore_index,
+                     CHUNK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, CHUNK)
+    target = tl.load(t_ptr + row * st)
+    n_valid = tl.load(nvalid_ptr).to(tl.float32)
+    grad = tl.load(grad_ptr)
+    scale = tl.where(target != ignore_index, grad / tl.maximum(n_valid, 1.0), 0.0)
+    run_max = float("-inf")
+    run_sum = 0.0
+    for start in range(0, C, CHUNK):
+        cols = start + offs
+        x = tl.load(x_ptr + row * sxm + cols * sxc, mask=cols < C, other=float("-inf")).to(tl.float32)
+        new_max = tl.maximum(run_max, tl.max(x, axis=0))
+        run_sum = run_sum * tl.exp(run_max - new_max) + tl.sum(tl.exp(x - new_max), axis=0)
+        run_max = new_max
+    for start in range(0, C, CHUNK):
+        cols = start + offs
+        mask = cols < C
+        x = tl.load(x_ptr + row * sxm + cols * sxc, mask=mask, other=float("-inf")).to(tl.float32)
+        p = tl.exp(x - run_max) / run_sum
+        dx = (p - tl.where(cols == target, 1.0, 0.0)) * scale
+        tl.store(dx_ptr + row * sdm + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+def softmax_cross_entropy_backward(x, t, grad, ignore_index=-100):
+    for name, value in (("x", x), ("t", t), ("grad", grad)):
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor")
+    if x.dim() != 2:
+        raise ValueError(f"x must be 2-D, got {tuple(x.shape)}")
+    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(f"unsupported dtype {x.dtype}")
+    if t.dtype != torch.int64:
+        raise TypeError(f"targets must be int64, got {t.dtype}")
+    if t.shape != (x.shape[0],):
+        raise ValueError(f"t must have shape ({x.shape[0]},), got {tuple(t.shape)}")
+    if grad.shape != () or grad.dtype != torch.float32:
+        raise ValueError("grad must be a 0-d float32 tensor")
+    if t.device != x.device or grad.device != x.device:
+        raise ValueError("x, t and grad must be on one device")
+    if x.requires_grad or grad.requires_grad:
+        raise ValueError("inputs must not require grad")
+    m, c = x.shape
+    valid = t != ignore_index
+    if bool((valid & ((t < 0) | (t >= c))).any()):
+        raise ValueError(f"targets must be in [0, {c}) or equal to ignore_index {ignore_index}")
+    n_valid = valid.sum()  # BUG: counted by PyTorch, outside the Triton launches
+    dx = torch.empty((m, c), dtype=x.dtype, device=x.device)
+    if m == 0 or c == 0:
+        return dx
+    _xent_row_kernel[(m,)](x, t, grad, n_valid, dx, c, x.stride(0), x.stride(1), t.stride(0), dx.stride(0),
+                           ignore_index, CHUNK=CHUNK, num_warps=4)
+    return dx
