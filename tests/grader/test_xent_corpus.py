@@ -96,11 +96,26 @@ def test_reference_passes_every_check_well_inside_the_tolerances(graded):
     assert document["log"]["total_bytes"] < 4096, document["log"]  # a clean run prints (almost) nothing
 
 
-def test_reference_grades_fast_on_the_cpu_interpreter(graded):
-    document = graded.result(_key(REFERENCE))
-    # The child's time inside the submission's calls (interpreter runs and Triton's parsing of
-    # each new specialisation); the rest is start-up, which two cores shared by a pool vary.
-    assert document["timings_s"]["calls"] < 10, document["timings_s"]
+def test_reference_runs_few_interpreter_programs_per_call():
+    """What keeps the reference's CPU grading fast (about 15 s on an idle 2-core machine,
+    about the same as softmax_backward's): under the interpreter each program is a numpy call
+    per block, so every call of the plan launches one counting program and at most two row
+    programs. (Wall-clock limits are not asserted: the test machine is shared.)"""
+    import torch
+
+    from grader.assignments.softmax_cross_entropy_backward import checks as xent_checks
+    from grader.assignments.softmax_cross_entropy_backward import reference as ref
+
+    plan = xent_checks.build_plan(seed=0, device="cpu")
+    for check_ in plan.checks:
+        for call in check_.calls:
+            if call.expect != "output":
+                continue
+            m, c = call.args[0].size
+            launch = ref._plan(m, c, 4, torch.device("cpu"))
+            programs = -(-m // launch["ROWS"]) if launch["kind"] == "rows" else m
+            assert launch["kind"] == "rows" and programs <= 2, (call.id, launch)
+            assert -(-m // min(1 << (m - 1).bit_length(), 1 << 16)) == 1, call.id  # one counting program
 
 
 @pytest.mark.parametrize("path", CORRECT, ids=[p.stem for p in CORRECT])
