@@ -2,7 +2,7 @@
 bytes, reproducible inputs, the oracle of sampled rows, the peers' values, and the generic
 re-verification of timed outputs on this assignment's inputs.
 
-The timing itself needs a GPU (grader/harness/bench_child.py); it is recorded on the H200.
+The timing itself needs a GPU (grader/harness/timing.py); it is recorded on the H200.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from grader.assignments.softmax_cross_entropy_backward.spec import BENCHMARK_IGN
 from grader.benchmark import BenchmarkOptions
 from grader.benchmark.options import benchmark_rows
 from grader.benchmark.verify import load_bench_module, verify_rows
-from grader.harness import bench_child
+from grader.harness import timing
 
 ASSIGNMENT = get_assignment("softmax_cross_entropy_backward")
 SPEC = ASSIGNMENT.benchmark
@@ -73,10 +73,24 @@ def test_inputs_ignore_about_one_row_in_sixteen():
     assert bool(((t >= 0) & (t < 10) | (t == BENCH.IGNORE_INDEX)).all())
 
 
+def test_refill_draws_new_values_in_place_from_the_same_distribution():
+    inputs = list(BENCH.make_inputs((4096, 12), torch.bfloat16, 3, device="cpu"))
+    before = [t.clone() for t in inputs]
+    pointers = [t.data_ptr() for t in inputs]
+    BENCH.refill_inputs(inputs, torch.Generator().manual_seed(8))
+    x, t, grad = inputs
+    assert [a.data_ptr() for a in inputs] == pointers  # in place: the recorded buffers
+    assert all(not torch.equal(a, b) for a, b in zip(inputs, before))
+    assert x.dtype == torch.bfloat16 and 1.8 < float(x.float().std()) < 2.2
+    assert t.dtype == torch.int64 and bool(((t >= 0) & (t < 12) | (t == BENCH.IGNORE_INDEX)).all())
+    assert 0.04 < float((t == BENCH.IGNORE_INDEX).double().mean()) < 0.085
+    assert grad.shape == () and 0.5 <= float(grad) < 1.5
+
+
 def test_oracle_of_sampled_rows_counts_n_valid_over_the_whole_batch():
     inputs = BENCH.make_inputs((40, 17), torch.float16, 9, device="cpu")
     full, full_scale = SPEC.oracle_rows(inputs, None)
-    rows = tuple(bench_child.sample_row_indices(40, 4))
+    rows = tuple(timing.sample_row_indices(40, 4))
     part, part_scale = SPEC.oracle_rows(inputs, rows)
     assert torch.equal(part, full[list(rows)]) and torch.equal(part_scale, full_scale[list(rows)])
     assert torch.equal(full, xent_grad_fp64(*inputs)[0])
@@ -116,11 +130,11 @@ def test_streaming_probe_reads_x_and_writes_its_shape():
 
 def _fake_outputs(row, sets, corrupt_set=None):
     shape, dtype = tuple(row["shape"]), DTYPES[row["dtype"]]
-    kept = bench_child.sample_row_indices(shape[0], 4)
+    kept = timing.sample_row_indices(shape[0], 4)
     tensors, saved = {}, {}
     for method, stage in (("event", 1), ("graph", 2)):
         for k in range(sets):
-            inputs = BENCH.make_inputs(shape, dtype, bench_child.stage_seed(row["seed"], stage, k), device="cpu")
+            inputs = BENCH.make_inputs(shape, dtype, timing.stage_seed(row["seed"], stage, k), device="cpu")
             out = BENCH.torch_fp32_expression(*inputs)
             if corrupt_set == k and method == "graph":
                 # a kernel that forgets the mean's 1/n_valid on one sampled valid row

@@ -21,6 +21,7 @@ from grader.assignments.softmax_cross_entropy_backward.oracle import (
     xent_grad_fp64,
 )
 from grader.assignments.softmax_cross_entropy_backward.spec import (
+    CENTRAL_DIFFERENCE_H,
     CHECK_NAMES,
     EXPONENT_TERM,
     HINTS,
@@ -106,9 +107,31 @@ def test_central_difference_matches_the_formula():
     x, t = random_case(generator, 3, 37, ignored=(1,))
     dx, _ = xent_grad_fp64(x, t, 0.8)
     for row, col in [(0, int(t[0])), (0, 5), (1, 5), (2, 36)]:
-        slope = central_difference_fp64(x, t, 0.8, row, col)
+        slope = central_difference_fp64(x, t, 0.8, row, col, CENTRAL_DIFFERENCE_H)
         assert abs(slope - float(dx[row, col])) < 1e-9, (row, col, slope, float(dx[row, col]))
-    assert central_difference_fp64(x, t, 0.8, 1, 5) == 0.0  # an ignored row is not in the loss
+    assert central_difference_fp64(x, t, 0.8, 1, 5, CENTRAL_DIFFERENCE_H) == 0.0  # an ignored row is not in the loss
+
+
+def test_oracle_file_loads_alone_with_torch_only():
+    """The replay timer loads oracle.py by itself (as assignment_oracle.py), without the grader."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import grader.assignments.softmax_cross_entropy_backward.oracle as oracle_module
+
+    code = (
+        "import importlib.util, sys, torch\n"
+        f"spec = importlib.util.spec_from_file_location('assignment_oracle', {str(Path(oracle_module.__file__))!r})\n"
+        "oracle = importlib.util.module_from_spec(spec); spec.loader.exec_module(oracle)\n"
+        "x = torch.randn(5, 7); t = torch.tensor([0, -100, 6, 2, -100]); g = torch.tensor(0.5)\n"
+        "dx, scale = oracle.benchmark_oracle((x, t, g), torch.tensor([1, 2]))\n"
+        "assert dx.shape == (2, 7) and float(dx[0].abs().max()) == 0.0\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'grader'))\n"
+    )
+    done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", done.stdout
 
 
 def test_n_valid_of_the_whole_batch_for_a_few_rows():

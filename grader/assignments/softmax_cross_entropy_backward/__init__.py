@@ -12,7 +12,7 @@ import torch
 from grader.assignments.protocol import BenchmarkSpec
 from grader.assignments.softmax_cross_entropy_backward import spec
 from grader.assignments.softmax_cross_entropy_backward.checks import build_plan
-from grader.assignments.softmax_cross_entropy_backward.oracle import count_valid, xent_grad_fp64
+from grader.assignments.softmax_cross_entropy_backward.oracle import benchmark_oracle
 from grader.checks import Tolerance
 from grader.manifest import get_manifest
 
@@ -33,12 +33,8 @@ def floor_bytes(shape: tuple[int, ...], dtype: str) -> dict[str, int]:
 def oracle_rows(inputs: tuple, rows: tuple[int, ...] | None) -> tuple[torch.Tensor, torch.Tensor]:
     """fp64 oracle and error scale of output rows ``rows`` (None: all) for bench inputs
     (x, t, grad). n_valid is counted over the whole batch before the rows are picked."""
-    x, t, grad = inputs
-    n_valid = count_valid(t)  # bench.py's calls use the default ignore_index
-    if rows is not None:
-        index = torch.tensor(rows, dtype=torch.long, device=x.device)
-        x, t = x.index_select(0, index), t.index_select(0, index)
-    return xent_grad_fp64(x, t, grad, n_valid=n_valid)
+    index = None if rows is None else torch.tensor(rows, dtype=torch.long, device=inputs[0].device)
+    return benchmark_oracle(inputs, index)
 
 
 class SoftmaxCrossEntropyBackward:
@@ -73,6 +69,7 @@ class SoftmaxCrossEntropyBackward:
         floor_bytes=floor_bytes,
         oracle_rows=oracle_rows,
         bench_file=HERE / "bench.py",
+        oracle_file=HERE / "oracle.py",
     )
 
     def build_plan(self, *, seed: int, device: str):

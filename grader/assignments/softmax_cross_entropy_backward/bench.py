@@ -12,6 +12,8 @@ Names the generic timing harness (grader/harness/bench_child.py) reads:
     STREAMING_PROBE: (description, function) making the same memory accesses with no
         arithmetic to speak of: what streaming these bytes costs at this size (reported only).
     expected_output(inputs) -> (shape, dtype) of a correct output.
+    refill_inputs(inputs, generator): new values in place, from the same distribution as
+        make_inputs (the replay timer gives every timed call new inputs).
 
 Every timed call uses the default ignore_index (-100), which make_inputs puts on about one
 row in 16 (padding tokens).
@@ -45,6 +47,18 @@ def make_inputs(shape: tuple[int, int], dtype: torch.dtype, seed: int, device: s
     t = torch.where(ignored, torch.full_like(t, IGNORE_INDEX), t)
     grad = torch.rand((), generator=gen, device=device, dtype=torch.float32) + 0.5
     return x, t, grad
+
+
+def refill_inputs(inputs: list, generator: torch.Generator) -> None:
+    """New (x, t, grad) values in place, drawn as ``make_inputs`` draws them: x ~ N(0, 2^2),
+    classes uniform in [0, C) with about IGNORED_FRACTION of them IGNORE_INDEX, grad in
+    [0.5, 1.5). Device-side only (no host synchronisation)."""
+    x, t, grad = inputs
+    x.normal_(0.0, 2.0, generator=generator)
+    t.random_(0, x.shape[-1], generator=generator)
+    ignored = torch.rand(t.shape, generator=generator, device=t.device, dtype=torch.float32) < IGNORED_FRACTION
+    t.masked_fill_(ignored, IGNORE_INDEX)
+    grad.uniform_(0.5, 1.5, generator=generator)
 
 
 def expected_output(inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> tuple[tuple[int, ...], torch.dtype]:

@@ -28,6 +28,7 @@ from grader.assignments.softmax_cross_entropy_backward.oracle import (
 )
 from grader.assignments.softmax_cross_entropy_backward.spec import (
     CENTRAL_DIFFERENCE_ATOL,
+    CENTRAL_DIFFERENCE_H,
     CHECK_NAMES,
     DEFAULT_IGNORE_INDEX,
     HINTS,
@@ -227,7 +228,8 @@ def _check_central_difference(plan: Plan) -> PlannedCheck:
             row = int(torch.randint(m, (1,), generator=plan.generator))
             col = int(torch.randint(c, (1,), generator=plan.generator))
             points.append((row, col))
-        call.extra["points"] = [(row, col, central_difference_fp64(x32, t, grad, row, col)) for row, col in points]
+        call.extra["points"] = [(row, col, central_difference_fp64(x32, t, grad, row, col, CENTRAL_DIFFERENCE_H))
+                                 for row, col in points]
         calls.append(call)
 
     def evaluate(check: PlannedCheck, evidence: CheckEvidence) -> CheckOutcome:

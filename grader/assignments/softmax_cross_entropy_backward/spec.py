@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import torch
 
+from grader.assignments.softmax_cross_entropy_backward.oracle import DEFAULT_IGNORE_INDEX, EXPONENT_TERM
 from grader.checks import Tolerance
 
-#: PyTorch's default ``ignore_index`` of F.cross_entropy, and this assignment's.
-DEFAULT_IGNORE_INDEX = -100
+__all__ = ["DEFAULT_IGNORE_INDEX", "EXPONENT_TERM"]  # defined in oracle.py, which must import only torch
 
 # Error bound per element: |got - expected| <= atol + rtol * scale + vtol * |expected|, with
 #
@@ -38,15 +38,14 @@ DEFAULT_IGNORE_INDEX = -100
 # p * (|x| + |m|) covers the rounding of exp's argument, which is formed from x and the row max
 # (x - m, or x - (m + log d), or x * log2(e) - m * log2(e)): an absolute error of the argument
 # is the same relative error of p. Ignored rows have scale 0: they must be exactly 0 (+ atol).
-#: Weight of |x| + |m| in the scale: rtol * EXPONENT_TERM = 2e-5 / 64 = 3.1e-7 = 5.2 fp32 unit
-#: roundoffs (u = 2^-24) per unit of |x| + |m|. One rounding of x - m costs up to u * |x - m|;
-#: the routes x - (m + log d), (x - m) * log2(e) (how Triton's GPU backend lowers tl.exp) and
-#: x*log2(e) - m*log2(e) round operands as large as |x| and |m|. Measured in fp32 on the
-#: checks' logits (spread 10 rows, rows offset by 100, and +-1e4): at most 1.4 u per unit
-#: beyond a 30 u base, for all four routes: 3.7x room. At the checks' usual |x| + |m| <= ~100
-#: it at most doubles the bound of p; on the 1e4 logits it admits the x - (m + log d) route
-#: (errors up to 6e-4 of p there), which is stable, only less precise.
-EXPONENT_TERM = 1.0 / 64
+# EXPONENT_TERM (1/64, defined in oracle.py), the weight of |x| + |m| in the scale:
+# rtol * EXPONENT_TERM = 2e-5 / 64 = 3.1e-7 = 5.2 fp32 unit roundoffs (u = 2^-24) per unit of |x| + |m|. One rounding of x - m costs up to u * |x - m|;
+# the routes x - (m + log d), (x - m) * log2(e) (how Triton's GPU backend lowers tl.exp) and
+# x*log2(e) - m*log2(e) round operands as large as |x| and |m|. Measured in fp32 on the
+# checks' logits (spread 10 rows, rows offset by 100, and +-1e4): at most 1.4 u per unit
+# beyond a 30 u base, for all four routes: 3.7x room. At the checks' usual |x| + |m| <= ~100
+# it at most doubles the bound of p; on the 1e4 logits it admits the x - (m + log d) route
+# (errors up to 6e-4 of p there), which is stable, only less precise.
 
 TOLERANCES: dict[torch.dtype, Tolerance] = {
     torch.float32: Tolerance(
