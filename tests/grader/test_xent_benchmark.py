@@ -87,6 +87,18 @@ def test_refill_draws_new_values_in_place_from_the_same_distribution():
     assert grad.shape == () and 0.5 <= float(grad) < 1.5
 
 
+def test_refill_draws_every_value_from_its_generator():
+    """The replay timer regenerates a set's inputs from the seed it refilled them with, to
+    verify a timed output: the same seed must give the same bits, whatever the buffers held."""
+    like = BENCH.make_inputs((256, 40), torch.float16, 5, device="cpu")
+    first, second = ([torch.empty_like(t) for t in like] for _ in range(2))
+    second[0].fill_(7.0)
+    BENCH.refill_inputs(first, torch.Generator().manual_seed(123))
+    BENCH.refill_inputs(second, torch.Generator().manual_seed(123))
+    assert all(torch.equal(a.view(torch.uint8) if a.dim() else a, b.view(torch.uint8) if b.dim() else b)
+               for a, b in zip(first, second))
+
+
 def test_oracle_of_sampled_rows_counts_n_valid_over_the_whole_batch():
     inputs = BENCH.make_inputs((40, 17), torch.float16, 9, device="cpu")
     full, full_scale = SPEC.oracle_rows(inputs, None)
