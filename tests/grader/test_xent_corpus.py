@@ -216,7 +216,7 @@ def test_cli_grades_the_reference_with_another_seed(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "grader", "check", str(REFERENCE), "--assignment", ASSIGNMENT, "--device", "cpu",
          "--json", "-", "--seed", "7"],
-        cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+        check=False, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     document = json.loads(proc.stdout)
     assert document["seed"] == 7 and document["assignment"] == ASSIGNMENT

@@ -129,7 +129,7 @@ def test_oracle_file_loads_alone_with_torch_only():
         "assert dx.shape == (2, 7) and float(dx[0].abs().max()) == 0.0\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'grader'))\n"
     )
-    done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]", done.stdout
 
@@ -147,7 +147,7 @@ def test_n_valid_of_the_whole_batch_for_a_few_rows():
 def test_scale_grows_with_the_logits_magnitude_only_through_the_exponent_term():
     x = torch.tensor([[1e4, 1e4 - 1.0, 1e4 - 2.0]], dtype=F64)
     t = torch.tensor([0])
-    dx, scale = xent_grad_fp64(x, t, 1.0)
+    _, scale = xent_grad_fp64(x, t, 1.0)
     p = torch.softmax(x, -1)
     expected = p * (1 + (x.abs() + 1e4) * EXPONENT_TERM) + torch.tensor([[1.0, 0.0, 0.0]], dtype=F64)
     assert torch.allclose(scale, expected, rtol=1e-15, atol=0)

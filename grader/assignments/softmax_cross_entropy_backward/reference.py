@@ -126,7 +126,7 @@ def _xent_bwd_looped_kernel(
     # masked (-inf) never computes -inf - (-inf).
     lane_max = tl.full([BLOCK_C], -3.0e38, tl.float32)
     lane_sum = tl.zeros([BLOCK_C], dtype=tl.float32)
-    for chunk in range(0, n_chunks):
+    for chunk in range(n_chunks):
         cols = chunk * BLOCK_C + offs
         x = tl.load(x_row + cols * stride_xc, mask=cols < C, other=float("-inf"),
                     eviction_policy=KEEP).to(tl.float32)
@@ -138,7 +138,7 @@ def _xent_bwd_looped_kernel(
     row_max = tl.max(lane_max, axis=0)
     total = tl.sum(lane_sum * tl.exp(lane_max - row_max), axis=0)
     coef = row_scale / total
-    for chunk in range(0, n_chunks):
+    for chunk in range(n_chunks):
         cols = (n_chunks - 1 - chunk) * BLOCK_C + offs  # reverse order: L2 hits first
         in_row = cols < C
         x = tl.load(x_row + cols * stride_xc, mask=in_row, other=float("-inf"),
@@ -277,7 +277,7 @@ def _launch(x: torch.Tensor, t: torch.Tensor, grad: torch.Tensor, dx: torch.Tens
     counts = torch.empty(2 * n_parts, dtype=torch.int32, device=x.device)
     _count_targets_kernel[(n_parts,)](t, counts, m, c, t.stride(0), ignore_index, n_parts, BLOCK_T=block_t,
                                       num_warps=4)
-    common = dict(PARTS=triton.next_power_of_2(n_parts), INT64=_needs_int64(x, t), num_warps=plan["num_warps"])
+    common = {"PARTS": triton.next_power_of_2(n_parts), "INT64": _needs_int64(x, t), "num_warps": plan["num_warps"]}
     strides = (x.stride(0), x.stride(1), t.stride(0), dx.stride(0))
     if plan["kind"] == "rows":
         _xent_bwd_rows_kernel[(triton.cdiv(m, plan["ROWS"]),)](

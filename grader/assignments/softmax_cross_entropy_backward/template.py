@@ -40,9 +40,9 @@ import triton.language as tl
 
 @triton.jit
 def _count_valid_kernel(t_ptr, n_valid_ptr, n_rows, stride_t, ignore_index, BLOCK: tl.constexpr):
-    block = tl.program_id(0)
-    # TODO: load this program's BLOCK targets (t_ptr + index * stride_t, masked past n_rows),
-    # count those != ignore_index and add the count to n_valid_ptr with tl.atomic_add.
+    # TODO: this program (tl.program_id(0)) counts its BLOCK targets (t_ptr + index * stride_t,
+    # masked past n_rows) that are != ignore_index and adds the count to n_valid_ptr with
+    # tl.atomic_add.
     pass
 
 
@@ -50,11 +50,11 @@ def _count_valid_kernel(t_ptr, n_valid_ptr, n_rows, stride_t, ignore_index, BLOC
 def _xent_backward_kernel(x_ptr, t_ptr, grad_ptr, n_valid_ptr, dx_ptr, n_cols,
                           stride_xm, stride_xc, stride_t, stride_dxm, ignore_index,
                           BLOCK_C: tl.constexpr):
-    row = tl.program_id(0)
-    # TODO: load this row's target (t_ptr + row * stride_t), n_valid and grad. Loop over the row
-    # in chunks of BLOCK_C (mask the columns past n_cols, load as fp32): keep a running max and
-    # a running sum of exp(x - max), rescaling the sum when the max grows. Then loop again and
-    # store (exp(x - max) / sum - (col == target)) * grad / n_valid, or 0 for an ignored row.
+    # TODO: this program handles row tl.program_id(0). Load the row's target
+    # (t_ptr + row * stride_t), n_valid and grad. Loop over the row in chunks of BLOCK_C (mask
+    # the columns past n_cols, load as fp32): keep a running max and a running sum of
+    # exp(x - max), rescaling the sum when the max grows. Then loop again and store
+    # (exp(x - max) / sum - (col == target)) * grad / n_valid, or 0 for an ignored row.
     pass
 
 

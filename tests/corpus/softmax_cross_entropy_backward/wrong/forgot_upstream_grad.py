@@ -29,7 +29,6 @@ def _xent_row_kernel(x_ptr, t_ptr, grad_ptr, nvalid_ptr, dx_ptr, C, sxm, sxc, st
     offs = tl.arange(0, CHUNK)
     target = tl.load(t_ptr + row * st)
     n_valid = tl.load(nvalid_ptr).to(tl.float32)
-    grad = tl.load(grad_ptr)
     scale = tl.where(target != ignore_index, 1.0 / tl.maximum(n_valid, 1.0), 0.0)  # BUG: grad unused
     run_max = float("-inf")
     run_sum = 0.0

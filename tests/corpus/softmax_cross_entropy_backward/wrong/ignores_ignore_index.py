@@ -30,7 +30,6 @@ def _xent_row_kernel(x_ptr, t_ptr, grad_ptr, nvalid_ptr, dx_ptr, C, sxm, sxc, st
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, CHUNK)
     target = tl.load(t_ptr + row * st)
-    n_valid = tl.load(nvalid_ptr).to(tl.float32)
     grad = tl.load(grad_ptr)
     scale = grad / tl.num_programs(0)  # BUG: ignore_index unused: every row counted, none zeroed
     run_max = float("-inf")

@@ -64,7 +64,6 @@ def softmax_cross_entropy_backward(x, t, grad, ignore_index=-100):
     if x.requires_grad or grad.requires_grad:
         raise ValueError("inputs must not require grad")
     m, c = x.shape
-    valid = t != ignore_index
     dx = torch.empty((m, c), dtype=x.dtype, device=x.device)
     if m == 0 or c == 0:
         return dx
