@@ -179,7 +179,7 @@ async def read_uploaded_file(request: Request, settings: SettingsDep) -> Uploade
         sent = ", ".join(f"`{name}`" for name in collector.other_parts) or "none"
         raise UploadMissingFile(
             f"the multipart field `file` is missing (fields sent: {sent}); "
-            "send the source as e.g. `curl -F file=@softmax_backward.py ...`",
+            "send the source as e.g. `curl -F file=@<your file>.py ...`",
             fields=collector.other_parts,
         )
     assignment = collector.fields.get("assignment")

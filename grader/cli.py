@@ -124,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     names = sorted(MANIFESTS)
 
     check = commands.add_parser("check", help="grade one file: named checks against fp64 oracles, in a sandbox")
-    check.add_argument("path", help="the student's file, e.g. softmax_backward.py")
+    check.add_argument("path", help="the student's file (grader assignments lists the file names)")
     check.add_argument("--assignment", default=DEFAULT_ASSIGNMENT, choices=names)
     check.add_argument("--device", choices=["cpu", "cuda", "auto"], default="auto",
                        help="cpu runs the Triton interpreter (TRITON_INTERPRET=1 in the child only); default: cuda if present")

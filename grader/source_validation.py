@@ -103,8 +103,8 @@ def validate_source(upload: bytes | str, manifest: AssignmentManifest) -> str:
     Args:
         upload: the file as uploaded (bytes, which must be UTF-8) or already decoded text.
         manifest: the assignment the file is for (its ``function`` must be bound at module
-            level: ``def``, an assignment such as ``softmax_backward = make_vjp()``, or an
-            import ``from helpers import softmax_backward``; also inside a top-level
+            level: ``def``, an assignment such as ``<function> = make_vjp()``, or an
+            import ``from helpers import <function>``; also inside a top-level
             if/try/with block).
 
     Returns:

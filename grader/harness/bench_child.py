@@ -150,7 +150,7 @@ def time_streaming_probe(timer: Timer, sets: list) -> dict:
     """Graph time (seconds per call) of the assignment's streaming probe on one row's own sets.
 
     The probe makes the same memory accesses as the assignment's kernel with no arithmetic to
-    speak of (softmax_backward: ``torch.add(y, g)``, 2 reads + 1 write), timed by the same
+    speak of (for the softmax VJP ``torch.add(y, g)``: 2 reads + 1 write), timed by the same
     graph method. It measures what streaming those bytes costs on this device at this size,
     fixed per-call costs included (the launch after the flush, the ramp-up and tail of the
     grid, the write-back of dirty L2 lines), which the floor from a 1 GiB copy does not see.
