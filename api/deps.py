@@ -115,7 +115,13 @@ def get_principal(
     """Resolve the bearer token. Raises NotAuthenticated (401)."""
     if credentials is None or not credentials.credentials:
         raise NotAuthenticated("missing bearer token (Authorization: Bearer <token>)")
-    token = credentials.credentials
+    return principal_for_token(session, token=credentials.credentials, settings=settings)
+
+
+def principal_for_token(session: Session, *, token: str, settings: Settings) -> Principal:
+    """Whose `token` is: the bootstrap instructor's, a staff member's or a student's (the
+    API's bearer token and the pages' session cookie both resolve here). Raises
+    NotAuthenticated (401)."""
     if service.tokens_equal(token, settings.instructor_token.get_secret_value()):
         return Principal(role=INSTRUCTOR)
     member = staff.authenticate_staff(session, token=token)

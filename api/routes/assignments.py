@@ -3,22 +3,18 @@ the final ranking run, and the LMS grade export."""
 
 from __future__ import annotations
 
-import datetime as dt
-
 from fastapi import APIRouter, status
 from fastapi.responses import Response
-from sqlalchemy.orm import Session
 
 from api.deps import (
     CurrentPrincipal,
     InstructorOnly,
     NowDep,
-    Principal,
     SessionDep,
     SettingsDep,
     StaffOnly,
 )
-from api.presenters import assignment_read, grading_finished
+from api.presenters import grading_finished
 from api.schemas import (
     AssignmentList,
     AssignmentRead,
@@ -26,35 +22,15 @@ from api.schemas import (
     ErrorResponse,
     FinalRunRead,
     FinalRunRow,
-    Quota,
 )
+from api.views import assignment_view
 from grader.manifest import MANIFESTS
 from submissions import assignments, exports, final_runs, repository, standings
 from submissions.models import FinalRun, Grading
-from submissions.settings import Settings
 
 router = APIRouter(prefix="/api/v1/assignments", tags=["assignments"])
 
 _UNKNOWN = {422: {"model": ErrorResponse, "description": "unknown_assignment"}}
-
-
-def _read(session: Session, name: str, principal: Principal, settings: Settings,
-          now: dt.datetime) -> AssignmentRead:
-    """The assignment as `principal` sees it (students: with their own quota)."""
-    row = assignments.load(session, name=name, now=now)
-    limit = assignments.rate_limit(row, settings)
-    run = repository.latest_final_run(session, assignment=row.name)
-    finished = run is not None and all(
-        grading_finished(g) for g in repository.final_run_gradings(session, final_run_id=run.id))
-    quota = None
-    if principal.student is not None:
-        used, left = assignments.submissions_used(session, row=row,
-                                                  student_id=principal.student.id)
-        quota = Quota(submissions_used=used, submissions_left=left)
-    return assignment_read(
-        row, policy=assignments.points_policy(row), rate_limit=(limit.submissions, limit.window_s),
-        final_run=run, final_run_finished=finished, quota=quota,
-        staff_view=principal.is_staff, now=now)
 
 
 @router.get("", response_model=AssignmentList)
@@ -62,15 +38,16 @@ def list_assignments(principal: CurrentPrincipal, session: SessionDep, settings:
                      now: NowDep) -> AssignmentList:
     """Every assignment of the course with its dates, rules and points (students: with
     their own submission count)."""
-    return AssignmentList(assignments=[_read(session, name, principal, settings, now)
-                                       for name in MANIFESTS])
+    return AssignmentList(assignments=[
+        assignment_view(session, name=name, principal=principal, settings=settings, now=now)
+        for name in MANIFESTS])
 
 
 @router.get("/{name}", response_model=AssignmentRead, responses=_UNKNOWN)
 def read_assignment(name: str, principal: CurrentPrincipal, session: SessionDep,
                     settings: SettingsDep, now: NowDep) -> AssignmentRead:
     """One assignment: open and due dates (UTC), late policy, limits, points."""
-    return _read(session, name, principal, settings, now)
+    return assignment_view(session, name=name, principal=principal, settings=settings, now=now)
 
 
 @router.patch("/{name}", response_model=AssignmentRead,
@@ -82,7 +59,7 @@ def update_assignment(name: str, body: AssignmentUpdate, principal: InstructorOn
     a limit. Recorded in the audit log with the old and new values."""
     changes = body.model_dump(exclude_unset=True)
     assignments.update(session, name=name, changes=changes, actor=principal.actor, now=now)
-    return _read(session, name, principal, settings, now)
+    return assignment_view(session, name=name, principal=principal, settings=settings, now=now)
 
 
 def _final_run_read(run: FinalRun, gradings: list[Grading]) -> FinalRunRead:

@@ -11,11 +11,10 @@ from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
 from api.deps import CurrentPrincipal, NowDep, SessionDep
-from api.presenters import score_read
-from api.schemas import ErrorResponse, Leaderboard, LeaderboardRow
+from api.schemas import ErrorResponse, Leaderboard
+from api.views import leaderboard_view
 from grader.manifest import DEFAULT_ASSIGNMENT
-from submissions import assignments, standings
-from submissions.errors import LeaderboardHidden, StaffRequired
+from submissions.errors import StaffRequired
 
 router = APIRouter(prefix="/api/v1/leaderboard", tags=["leaderboard"])
 
@@ -42,32 +41,10 @@ def read_leaderboard(
     (after a final ranking run): that run's numbers; failed or pending ones have no rank and
     say why. Students see an anonymised board (no names, ids or times of others) with their
     own row marked, unless staff hid the board."""
-    board = standings.board(session, assignment=assignment, now=now)
-    if not principal.is_staff and not board.assignment.leaderboard_visible:
-        raise LeaderboardHidden(f"the {assignment} leaderboard is not visible to students")
+    board = leaderboard_view(session, assignment=assignment, principal=principal, now=now)
     if format == "csv" and not principal.is_staff:
         raise StaffRequired("the CSV export is for staff")
-    policy = assignments.points_policy(board.assignment)
-    rows = []
-    for standing in board.standings:
-        is_you = standing.student_id == principal.student_id
-        visible = principal.is_staff or is_you
-        if not visible and standing.rank is None:
-            continue  # other students' unranked rows say nothing to a student
-        rows.append(
-            LeaderboardRow(
-                rank=standing.rank,
-                is_you=is_you,
-                student_id=standing.student_id if visible else None,
-                student_name=standing.student_name if visible else None,
-                submission_id=standing.submission_id if visible else None,
-                headline_speedup=standing.headline_speedup,
-                device=standing.device,
-                submitted_at=standing.submitted_at if visible else None,
-                reason=standing.reason if visible else None,
-                score=score_read(policy, standing.score) if visible else None,
-            )
-        )
+    rows = board.rows
     if format == "csv":
         buffer = io.StringIO()
         writer = csv.writer(buffer)
@@ -85,5 +62,4 @@ def read_leaderboard(
             media_type="text/csv; charset=utf-8",
             headers={"Content-Disposition": f'attachment; filename="leaderboard-{assignment}.csv"'},
         )
-    return Leaderboard(assignment=board.assignment.name, phase=board.phase,
-                       final_run_id=board.final_run.id if board.final_run else None, rows=rows)
+    return board

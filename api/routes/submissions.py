@@ -21,7 +21,7 @@ from api.deps import (
     SettingsDep,
     StaffOnly,
 )
-from api.presenters import grading_read, submission_read, submission_summary
+from api.presenters import grading_read, submission_read
 from api.schemas import (
     DisqualifyRequest,
     ErrorResponse,
@@ -33,6 +33,7 @@ from api.schemas import (
     SubmissionRead,
 )
 from api.uploads import UPLOAD_OPENAPI, UploadDep
+from api.views import submission_summaries
 from submissions import assignments, exports, moderation, repository, service
 from submissions.errors import StudentNotFound
 from submissions.exports import GradescopeResults
@@ -105,17 +106,9 @@ def list_submissions(
         owner = student_id
     else:
         owner = principal.student_id
-    if assignment is not None:
-        assignments.resolve_manifest(assignment)
-    rows = repository.list_submissions(session, student_id=owner, limit=limit, offset=offset,
-                                       assignment=assignment, status=status)
-    policies = {}
-    for row in rows:
-        if row.assignment not in policies:
-            policies[row.assignment] = assignments.points_policy(
-                assignments.load(session, name=row.assignment, now=now))
-    return SubmissionList(
-        submissions=[submission_summary(s, policies[s.assignment]) for s in rows])
+    return SubmissionList(submissions=submission_summaries(
+        session, student_id=owner, assignment=assignment, status=status, limit=limit,
+        offset=offset, now=now))
 
 
 def _visible(session: Session, submission_id: int, principal: Principal) -> Submission:

@@ -1,0 +1,99 @@
+"""Read models for one viewer, shared by the API routes (api/routes/) and the web pages
+(api/pages/): each composes the service calls and presenters of one answer, so the JSON and
+the page show the same thing under the same rules (who may see what, anonymisation, quotas).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy.orm import Session
+
+from api.deps import Principal
+from api.presenters import assignment_read, grading_finished, score_read, submission_summary
+from api.schemas import AssignmentRead, Leaderboard, LeaderboardRow, Quota, SubmissionSummary
+from submissions import assignments, repository, standings
+from submissions.errors import LeaderboardHidden
+from submissions.settings import Settings
+
+
+def assignment_view(session: Session, *, name: str, principal: Principal, settings: Settings,
+                    now: dt.datetime) -> AssignmentRead:
+    """The assignment as `principal` sees it (students: with their own quota).
+
+    Raises:
+        UnknownAssignment: not in the manifest.
+    """
+    row = assignments.load(session, name=name, now=now)
+    limit = assignments.rate_limit(row, settings)
+    run = repository.latest_final_run(session, assignment=row.name)
+    finished = run is not None and all(
+        grading_finished(g) for g in repository.final_run_gradings(session, final_run_id=run.id))
+    quota = None
+    if principal.student is not None:
+        used, left = assignments.submissions_used(session, row=row,
+                                                  student_id=principal.student.id)
+        quota = Quota(submissions_used=used, submissions_left=left)
+    return assignment_read(
+        row, policy=assignments.points_policy(row), rate_limit=(limit.submissions, limit.window_s),
+        final_run=run, final_run_finished=finished, quota=quota,
+        staff_view=principal.is_staff, now=now)
+
+
+def leaderboard_view(session: Session, *, assignment: str, principal: Principal,
+                     now: dt.datetime) -> Leaderboard:
+    """The board as `principal` may see it. Staff see every row with names; a student sees
+    an anonymised board (other students' names, ids, submission ids, times and scores left
+    out; their unranked rows not listed) with their own row marked.
+
+    Raises:
+        UnknownAssignment: not in the manifest.
+        LeaderboardHidden: a student, and staff hid the board.
+    """
+    board = standings.board(session, assignment=assignment, now=now)
+    if not principal.is_staff and not board.assignment.leaderboard_visible:
+        raise LeaderboardHidden(f"the {assignment} leaderboard is not visible to students")
+    policy = assignments.points_policy(board.assignment)
+    rows = []
+    for standing in board.standings:
+        is_you = standing.student_id == principal.student_id
+        visible = principal.is_staff or is_you
+        if not visible and standing.rank is None:
+            continue  # other students' unranked rows say nothing to a student
+        rows.append(
+            LeaderboardRow(
+                rank=standing.rank,
+                is_you=is_you,
+                student_id=standing.student_id if visible else None,
+                student_name=standing.student_name if visible else None,
+                submission_id=standing.submission_id if visible else None,
+                headline_speedup=standing.headline_speedup,
+                device=standing.device,
+                submitted_at=standing.submitted_at if visible else None,
+                reason=standing.reason if visible else None,
+                score=score_read(policy, standing.score) if visible else None,
+            )
+        )
+    return Leaderboard(assignment=board.assignment.name, phase=board.phase,
+                       final_run_id=board.final_run.id if board.final_run else None, rows=rows)
+
+
+def submission_summaries(session: Session, *, student_id: int | None, assignment: str | None,
+                         status: str | None, limit: int, offset: int,
+                         now: dt.datetime) -> list[SubmissionSummary]:
+    """Submissions newest first (one student's, or everyone's with ``student_id=None``),
+    each with its score under its assignment's points.
+
+    Raises:
+        UnknownAssignment: `assignment` is not in the manifest.
+    """
+    if assignment is not None:
+        assignments.resolve_manifest(assignment)
+    rows = repository.list_submissions(session, student_id=student_id, limit=limit,
+                                       offset=offset, assignment=assignment, status=status)
+    policies = {}
+    for row in rows:
+        if row.assignment not in policies:
+            policies[row.assignment] = assignments.points_policy(
+                assignments.load(session, name=row.assignment, now=now))
+    return [submission_summary(s, policies[s.assignment]) for s in rows]
