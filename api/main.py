@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from api.errors import install_error_handlers
+from api.pages import install_pages
 from api.routes import (
     assignments,
     audit,
@@ -43,7 +44,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="1",
         summary="Upload a Triton kernel; a GPU worker grades it; see verdicts and the leaderboard; "
         "run a course (deadlines, roles, regrades, disqualification, grade exports).",
-        docs_url="/docs",
+        # /docs and /redoc come from api.pages, with the vendored Swagger UI and Redoc (no CDN).
+        docs_url=None,
+        redoc_url=None,
         lifespan=lifespan,
     )
     app.state.settings = settings
@@ -54,4 +57,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                    submissions.router, regrades.router, leaderboard.router, audit.router,
                    health.router):
         app.include_router(router)
+    install_pages(app)
     return app

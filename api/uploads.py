@@ -25,8 +25,9 @@ from submissions.errors import UploadMalformed, UploadMissingFile, UploadTooLarg
 FRAMING_ALLOWANCE_BYTES = 16 * 1024
 #: Longest accepted value of a known non-file form field (e.g. ``assignment``).
 MAX_FIELD_BYTES = 200
-#: The form fields kept besides ``file``; other parts are skipped.
-KNOWN_FIELDS = frozenset({"assignment"})
+#: The form fields kept besides ``file``; other parts are skipped. ``csrf_token``: the web
+#: upload form's (api/pages/security.py checks it; the API ignores it).
+KNOWN_FIELDS = frozenset({"assignment", "csrf_token"})
 #: How many names of skipped parts are remembered (for the error message), and their length.
 MAX_REMEMBERED_PARTS, MAX_PART_NAME_CHARS = 10, 50
 
@@ -53,11 +54,13 @@ UPLOAD_OPENAPI = {
 
 @dataclass(frozen=True)
 class UploadedFile:
-    """The ``file`` part (bytes and client file name) and the chosen assignment."""
+    """The ``file`` part (bytes and client file name), the chosen assignment, and the web
+    form's CSRF token (None from API clients)."""
 
     content: bytes
     client_filename: str | None
     assignment: str
+    csrf_token: str | None = None
 
 
 class _FormCollector:
@@ -183,10 +186,12 @@ async def read_uploaded_file(request: Request, settings: SettingsDep) -> Uploade
             fields=collector.other_parts,
         )
     assignment = collector.fields.get("assignment")
+    csrf_token = collector.fields.get("csrf_token")
     return UploadedFile(
         content=bytes(collector.file_content),
         client_filename=collector.client_filename,
         assignment=assignment.decode("utf-8", "replace").strip() if assignment else DEFAULT_ASSIGNMENT,
+        csrf_token=csrf_token.decode("utf-8", "replace") if csrf_token else None,
     )
 
 

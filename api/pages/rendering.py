@@ -1,0 +1,166 @@
+"""Rendering pages: one Jinja2 environment (autoescaping every template, undefined names an
+error), the filters the templates share, security headers, and `PageRoute`, which turns the
+errors a page meets into pages (a redirect to sign in, or an error page) where the API's
+handler (api/errors.py) would answer JSON.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import jinja2
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.routing import APIRoute
+
+from api.pages.security import SignInRequired, Viewer, clear_session_cookie
+from submissions.errors import DomainError
+
+logger = logging.getLogger("api.pages")
+
+TEMPLATES = Path(__file__).parent / "templates"
+
+#: Pages load only this origin's scripts and styles (the vendored htmx, pages.js/css): an
+#: injected <script> would not run even if something escaped escaping.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+PAGE_HEADERS = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    # Pages show one person's data: a shared lab machine's back button after sign-out, or a
+    # proxy, must not show them to the next person.
+    "Cache-Control": "no-store",
+}
+
+
+def utc(moment: dt.datetime | None) -> str:
+    """``2026-12-01 03:47 UTC`` (as `grader submit` prints times); ``-`` for none."""
+    if moment is None:
+        return "-"
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def iso(moment: dt.datetime | None) -> str:
+    """Machine-readable time for <time datetime=...>."""
+    if moment is None:
+        return ""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return moment.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+def number(value: float | None, digits: int = 3) -> str:
+    """A float with `digits` significant digits; ``NaN``/``inf``/``-inf`` as such; ``-``
+    for none."""
+    if value is None:
+        return "-"
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return f"{value:.{digits}g}"
+
+
+def speedup(value: float | None) -> str:
+    return "-" if value is None else f"{number(value)}×"
+
+
+def points(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,  # every template, whatever its name: student strings are escaped
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(utc=utc, iso=iso, number=number, speedup=speedup, points=points,
+                       urlquote=lambda text: quote(str(text), safe=""))
+    return env
+
+
+ENVIRONMENT = _environment()
+
+
+def render(request: Request, template: str, *, viewer: Viewer | None, status_code: int = 200,
+           headers: dict[str, str] | None = None, **context: Any) -> HTMLResponse:
+    """The page `template` for `viewer` (None on the sign-in and error pages)."""
+    html = ENVIRONMENT.get_template(template).render(
+        request=request, viewer=viewer, path=request.url.path, **context)
+    return HTMLResponse(html, status_code=status_code, headers={**PAGE_HEADERS, **(headers or {})})
+
+
+def redirect(url: str) -> RedirectResponse:
+    """After a form: 303 See Other, so the browser follows with a GET (Post/Redirect/Get)."""
+    return RedirectResponse(url, status_code=303, headers={"Cache-Control": "no-store"})
+
+
+def safe_next(target: str | None) -> str:
+    """A local path to go to after signing in; anything else (another site: ``//x``,
+    ``https://x``, ``/\\x``) becomes ``/``."""
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/"
+    return target
+
+
+def sign_in_redirect(request: Request, *, stale: bool) -> Response:
+    here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    target = "/sign-in" if request.method != "GET" or here == "/" else (
+        f"/sign-in?next={quote(here, safe='')}")
+    if request.headers.get("HX-Request"):
+        response: Response = Response(status_code=204, headers={"HX-Redirect": target})
+    else:
+        response = redirect(target)
+    if stale:
+        clear_session_cookie(response, request.app.state.settings)
+    return response
+
+
+def error_page(request: Request, *, status_code: int, code: str, message: str,
+               headers: dict[str, str] | None = None) -> HTMLResponse:
+    return render(request, "error.html", viewer=None, status_code=status_code, headers=headers,
+                  code=code, message=message)
+
+
+class PageRoute(APIRoute):
+    """A page's route: errors become pages. Not signed in (or a dead token): 303 to the
+    sign-in page (which returns here afterwards). A domain error (403 staff_required, 404
+    submission_not_found, 409 regrade_pending, ...): an error page with the same status and
+    code as the API's answer. A malformed path or query: 422 page."""
+
+    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+        handler = super().get_route_handler()
+
+        async def page_handler(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except SignInRequired as exc:
+                return sign_in_redirect(request, stale=exc.stale)
+            except DomainError as exc:
+                retry = getattr(exc, "retry_after_s", None)
+                return error_page(request, status_code=exc.http_status, code=exc.code,
+                                  message=exc.message,
+                                  headers={"Retry-After": str(retry)} if retry else None)
+            except RequestValidationError as exc:
+                problems = "; ".join(
+                    f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}"
+                    for e in exc.errors())
+                return error_page(request, status_code=422, code="validation_error",
+                                  message=problems or "invalid request")
+
+        return page_handler

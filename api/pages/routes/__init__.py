@@ -1,0 +1,1 @@
+"""The routers of the web pages (mounted by api.pages.install_pages)."""
