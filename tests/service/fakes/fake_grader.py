@@ -7,7 +7,11 @@ Behaviour is chosen by a directive line in the submitted source:
 Keys: verdict (passed|failed|error), error_kind, exit (override exit code), sleep (seconds),
 sleep_once (path: sleep an hour unless the path exists; creates it), kill (SIGKILL itself),
 garbage (print non-JSON), speedup (benchmark headline), log_bytes (size of the child log),
-stderr_bytes, record (path: write argv, env names and cwd there as JSON).
+stderr_bytes, record (path: write argv, env names and cwd there as JSON), bench_rows (with
+speedup: that many benchmark rows shaped as grader/benchmark/score.py writes them: impls with
+graph medians, floor_s_min, scope), html (1: the check message, error message, traceback and
+captured output carry HTML and <script> tags, for the pages' escaping tests), nan (1: the
+failed check's err/tol is infinity and its max abs error NaN, as for NaN outputs).
 """
 
 from __future__ import annotations
@@ -66,16 +70,34 @@ def main() -> int:
     benchmark = None
     if passed and "speedup" in options:
         benchmark = {"headline": {"name": "geomean_speedup_vs_baseline_graph",
-                                  "value": float(options["speedup"])}, "rows": []}
+                                  "value": float(options["speedup"]),
+                                  "baseline": "torch_fp32_expression"},
+                     "baseline": {"name": "torch_fp32_expression"},
+                     "rows": _benchmark_rows(int(options.get("bench_rows", 0)),
+                                             float(options["speedup"]))}
     log_text = "L" * int(options.get("log_bytes", 10))
+    error = None if verdict != "error" else {
+        "kind": options.get("error_kind", "import"), "message": "ImportError: no module x"}
+    if options.get("nan") and verdict == "failed":
+        checks[0].update(max_err_over_tolerance=float("inf"), max_abs_err=float("nan"))
+    if options.get("html"):
+        checks[0]["message"] = f"{checks[0]['message']} {HTML_PAYLOAD}"
+        log_text = f"student printed: {HTML_PAYLOAD}\n"
+        error = {"kind": options.get("error_kind", "crash"),
+                 "message": f"the call raised {HTML_PAYLOAD}",
+                 "traceback": ("Traceback (most recent call last):\n"
+                               '  File "/harness/check_child.py", line 140, in run\n'
+                               "    out = fn(y, g)\n"
+                               '  File "/work/softmax_backward.py", line 6, in softmax_backward\n'
+                               f"    raise ValueError('{HTML_PAYLOAD}')\n"
+                               f"ValueError: {HTML_PAYLOAD}\n")}
     # Built through the one typed definition the real grader writes (grader/contract.py), so
     # the fake can never drift from the contract the worker validates.
     document = ResultDocument.model_validate({
         "schema": SCHEMA_VERSION,
         "assignment": "softmax_backward",
         "verdict": verdict,
-        "error": None if verdict != "error" else {
-            "kind": options.get("error_kind", "import"), "message": "ImportError: no module x"},
+        "error": error,
         "checks": checks,
         "benchmark": benchmark,
         "device": "cpu (fake)",
@@ -85,11 +107,39 @@ def main() -> int:
         "duration_s": 0.01,
         "timings_s": {"child": 0.0, "oracles": 0.0, "benchmark": 0.0},
         "log": {"text": log_text, "truncated": False, "total_bytes": len(log_text)},
-    }).model_dump(mode="json", by_alias=True)
-    json.dump(document, sys.stdout)
+    })
+    # As the real grader writes it (non-finite floats as the strings "Infinity"/"NaN").
+    sys.stdout.write(document.to_json(indent=None))
     if "exit" in options:
         return int(options["exit"])
     return {"passed": 0, "failed": 1, "error": 2}[verdict]
+
+
+#: What the html directive puts into every student-controlled string of the document.
+HTML_PAYLOAD = '<script>window.__pwned = 1</script><b>bold</b><img src=x onerror="window.__pwned=2">'
+
+
+def _benchmark_rows(count: int, speedup: float) -> list[dict]:
+    """Rows as grader/benchmark/score.py writes them (the fields the pages read)."""
+    rows = []
+    for index in range(count):
+        m, n = 4096 * (index + 1), 1024
+        baseline_s = 80e-6 * (index + 1)
+        student_s = baseline_s / speedup
+        rows.append({
+            "id": f"{m}x{n}/float32", "shape": [m, n], "dtype": "float32",
+            "floor_s_min": 0.6 * student_s,
+            "impls": {
+                "student": {"graph": {"median_s": student_s}},
+                "torch_fp32_expression": {"graph": {"median_s": baseline_s}},
+                "aten_softmax_backward_data": {"graph": {"median_s": 0.5 * baseline_s}},
+                "reference": {"graph": {"median_s": 0.9 * student_s}},
+            },
+            "speedup_vs_baseline": {"graph": speedup},
+            "flags": [], "ranked": True,
+            "scope": f"{m}x{n} float32. Timed: the call on contiguous inputs (fake grader).",
+        })
+    return rows
 
 
 def _stdin_is_devnull() -> bool:
