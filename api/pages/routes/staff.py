@@ -201,6 +201,27 @@ def _form_values(row: Any) -> dict[str, str]:
     }
 
 
+def _normalised(key: str, text: str) -> str:
+    """A sent value written as `_form_values` writes the stored one (``1.0`` as ``1``,
+    ``23:59:00`` as ``23:59``), so that only real changes are sent; unreadable text is
+    returned as it is (it differs, and the schema says why)."""
+    text = text.strip()
+    try:
+        if key in ("opens_at", "due_at") and text:
+            moment = dt.datetime.fromisoformat(text.removesuffix("Z"))
+            return moment.strftime("%Y-%m-%dT%H:%M")
+        if key in ("rate_limit_window_s", "correctness_points") and text:
+            return f"{float(text):g}"
+        if key == "speed_points":
+            thresholds = _parse_thresholds(text)
+            if isinstance(thresholds, list):
+                return ", ".join(f"{float(t['min_speedup']):g}:{float(t['points']):g}"
+                                 for t in thresholds)
+    except ValueError:
+        pass
+    return text
+
+
 def _parse_time(text: str) -> str | None:
     """A ``datetime-local`` value, read as UTC (the form says so)."""
     text = text.strip()
@@ -232,7 +253,7 @@ def update_settings(request: Request, name: Annotated[str, Path(max_length=100)]
     before = _form_values(row)
     sent = {key: form.first(key) for key in before}
     sent["leaderboard_visible"] = "on" if form.first("leaderboard_visible") else ""
-    changed = {key for key in before if sent[key].strip() != before[key]}
+    changed = {key for key in before if _normalised(key, sent[key]) != before[key]}
     raw: dict[str, Any] = {}
     for key in changed:
         text = sent[key].strip()
