@@ -18,7 +18,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: serve test install check-reference compose-smoke clean
+.PHONY: serve test install check-reference compose-smoke vendor-assets clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -50,5 +50,10 @@ COMPOSE_SMOKE_LOG ?= var/compose-smoke/compose-smoke.log
 compose-smoke: $(STAMP)
 	PYTHON=$(abspath $(PY)) docker/local/compose-smoke.sh --log $(COMPOSE_SMOKE_LOG) $(COMPOSE_SMOKE_ARGS)
 
+# Re-fetch the web pages' front-end assets (htmx, Swagger UI, Redoc) from npm into
+# api/pages/static/vendor (pinned in scripts/vendor_assets.py; needs npm).
+vendor-assets:
+	$(PYTHON) scripts/vendor_assets.py
+
 clean:
-	rm -rf $(VENV) var .pytest_cache
+	rm -rf $(VENV) var .pytest_cache tests/pages/node_modules
