@@ -8,7 +8,7 @@ headless Chromium driven through Playwright.
   and PostgreSQL in tests/service (the API tests and tests/service/pages), and one server
   process with its worker keeps these tests light on two shared cores.
 - The browser: Debian's chromium (`apt-get install chromium`; Playwright's own browser
-  download is not used), one per session, a fresh context (cookies) per test.
+  download is not used), one for the browser tests, a fresh context (cookies) per test.
 - axe-core from tests/pages/node_modules (`npm ci` in tests/pages; .ci/run does it).
 
 Without chromium or axe-core the tests are skipped with the reason, except in CI (``CI`` set),
@@ -98,8 +98,9 @@ class Server:
         raise AssertionError(f"submission {submission_id} not graded in {timeout} s")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """Stopped when the browser tests' module ends, not left polling through later suites."""
     workdir = tmp_path_factory.mktemp("pages-server")
     env = {k: v for k, v in os.environ.items() if not k.startswith("GRADER_")}
     env.update({
@@ -146,8 +147,11 @@ def axe_source() -> str:
     return AXE.read_text(encoding="utf-8")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    # One browser for the module (test_browser.py holds every browser test). Not the session:
+    # Playwright's sync API keeps an asyncio loop running in this thread while it is started,
+    # and later tests that call asyncio.run() would find it.
     if not Path(CHROMIUM).is_file():
         _missing(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
     try:
