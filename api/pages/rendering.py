@@ -112,8 +112,9 @@ def redirect(url: str) -> RedirectResponse:
 
 def safe_next(target: str | None) -> str:
     """A local path to go to after signing in; anything else (another site: ``//x``,
-    ``https://x``, ``/\\x``) becomes ``/``."""
-    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+    ``https://x``, ``/\\x``, or ``/<tab>/x``, which browsers read as ``//x``) becomes ``/``."""
+    if (not target or not target.startswith("/") or target.startswith("//") or "\\" in target
+            or any(ord(c) < 32 or ord(c) == 127 for c in target)):
         return "/"
     return target
 

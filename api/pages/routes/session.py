@@ -26,6 +26,7 @@ from api.pages.security import (
 )
 from api.views import assignment_view, submission_summaries
 from grader.manifest import MANIFESTS
+from submissions import repository
 from submissions.errors import NotAuthenticated
 
 router = APIRouter(route_class=PageRoute, include_in_schema=False, tags=["pages"])
@@ -40,7 +41,9 @@ def read_home(request: Request, viewer: ViewerDep, session: SessionDep, settings
                               now=now) for name in MANIFESTS]
     latest = submission_summaries(session, student_id=viewer.principal.student_id,
                                   assignment=None, status=None, limit=10, offset=0, now=now)
-    return render(request, "home.html", viewer=viewer, assignments=course, latest=latest)
+    names = {s.id: s.name for s in repository.list_students(session)} if viewer.is_staff else {}
+    return render(request, "home.html", viewer=viewer, assignments=course, latest=latest,
+                  names=names)
 
 
 @router.get("/sign-in")

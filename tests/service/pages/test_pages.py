@@ -104,7 +104,8 @@ def test_sign_in_refuses_a_bad_token_and_a_forged_form(client: TestClient) -> No
     assert response.status_code == 403 and SESSION_COOKIE not in response.headers.get("set-cookie", "")
 
 
-@pytest.mark.parametrize("target", ["//evil.example/x", "https://evil.example/", "/\\evil.example"])
+@pytest.mark.parametrize("target", ["//evil.example/x", "https://evil.example/", "/\\evil.example",
+                                    "/\t/evil.example"])
 def test_sign_in_never_redirects_to_another_site(client: TestClient, target: str) -> None:
     page = client.get("/sign-in")
     response = client.post("/sign-in", data={"csrf_token": csrf_of(page.text),
@@ -182,6 +183,15 @@ def test_a_refused_upload_shows_the_form_again_with_why(client: TestClient) -> N
     assert response.status_code == 422
     assert "source_syntax_error" in response.text and "Line 2" in response.text
     assert 'id="upload-form"' in response.text
+    response = client.post("/submit", data={"csrf_token": csrf, "assignment": "no_such_thing"},
+                           files={"file": ("k.py", kernel_source().encode(), "text/x-python")})
+    assert response.status_code == 422 and "unknown_assignment" in response.text
+    client.patch("/api/v1/assignments/softmax_backward", json={"max_submissions": 1},
+                 headers=bearer(INSTRUCTOR_TOKEN))
+    upload(client, token, kernel_source())
+    response = client.post("/submit", data={"csrf_token": csrf, "assignment": "softmax_backward"},
+                           files={"file": ("k.py", kernel_source().encode(), "text/x-python")})
+    assert response.status_code == 403 and "submission_limit_reached" in response.text
 
 
 def test_staff_cannot_upload_and_students_cannot_open_staff_pages(client: TestClient) -> None:
