@@ -48,6 +48,10 @@ def test_student_uploads_watches_the_report_and_sees_the_leaderboard(
     page.evaluate("document.querySelector('main').insertAdjacentHTML('beforeend', "
                   "'<input id=unlabelled type=text>')")
     assert [v["id"] for v in student.axe("sign-in-broken")] == ["label"]
+    page.get_by_label("Your token").fill("gst_not-a-token")
+    page.get_by_role("button", name="Sign in").click()
+    assert "not valid" in page.get_by_role("alert").inner_text()
+    assert_accessible(student, "sign-in-refused")
     student.sign_in(token)
     assert page.get_by_role("heading", level=1).inner_text() == "Hello, ada"
     assert_accessible(student, "home")
@@ -171,6 +175,10 @@ def test_ta_disqualifies_a_submission_and_it_leaves_the_board(
         if name == "settings-ta":
             assert page.get_by_text("Only instructors change settings.").is_visible()
             assert page.get_by_role("button", name="Save settings").count() == 0
+
+    response = ta.goto("/staff/students/99999")
+    assert response.status == 404 and "student_not_found" in page.locator("main").inner_text()
+    assert_accessible(ta, "error-page")
 
     # The student reads the reason on their own report.
     student = pages_factory()
