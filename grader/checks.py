@@ -37,9 +37,18 @@ class Tolerance:
     vtol: float = 0.0
     summary: str = ""
 
-    def allowed(self, expected: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-        """The allowed absolute error per element (fp64 tensors of one shape)."""
-        return self.atol + self.rtol * scale + self.vtol * expected.abs()
+    def allowed(self, expected: torch.Tensor, scale: torch.Tensor, slack: torch.Tensor | None = None) -> torch.Tensor:
+        """The allowed absolute error per element (fp64 tensors of one shape).
+
+        ``slack`` (optional, same shape, >= 0): error that arithmetic the assignment allows
+        makes beyond fp32 rounding, computed exactly from the inputs (for softmax_backward:
+        products rounded to the input dtype, oracle.product_rounding_slack). It is added as it
+        is, and the rounding of the stored result (``vtol``) applies to the value that
+        arithmetic produced, which lies within ``slack`` of ``expected``.
+        """
+        if slack is None:
+            return self.atol + self.rtol * scale + self.vtol * expected.abs()
+        return self.atol + self.rtol * scale + self.vtol * (expected.abs() + slack) + slack
 
     def bound(self) -> str:
         value_part = f" + {self.vtol:.3g} x |expected|" if self.vtol else ""
@@ -56,7 +65,21 @@ class Tolerance:
 
 @dataclass
 class Comparison:
-    """Outcome of comparing one output tensor with its oracle."""
+    """Outcome of comparing one output tensor with its oracle.
+
+    Attributes:
+        passed: every element within tolerance.
+        bad_count: elements outside tolerance (NaN/inf outputs included).
+        total: elements compared.
+        max_abs_err: largest |got - expected| over the finite outputs (inf when none is finite).
+        max_ratio: worst |err| / allowed; inf when an output is NaN or inf.
+        worst_index, got_at_worst, expected_at_worst, allowed_at_worst: the worst element (a
+            NaN/inf output when there is one).
+        nan_count: outputs that are NaN or inf.
+        max_finite_ratio: worst |err| / allowed over the finite outputs only (0 when none is
+            finite), so that a few NaNs do not hide how far off the rest is.
+        finite_worst_index: where that is, or None.
+    """
 
     passed: bool
     bad_count: int
@@ -68,6 +91,8 @@ class Comparison:
     expected_at_worst: float | None
     allowed_at_worst: float | None
     nan_count: int
+    max_finite_ratio: float = 0.0
+    finite_worst_index: tuple[int, ...] | None = None
 
     def describe(self) -> str:
         if self.passed:
@@ -80,17 +105,23 @@ class Comparison:
             f"; worst at [{where}]: got {self.got_at_worst:.6g}, expected {self.expected_at_worst:.6g}"
             f" (|err| {abs(self.got_at_worst - self.expected_at_worst):.3g} > allowed {self.allowed_at_worst:.3g})"
         )
+        if self.nan_count and self.nan_count < self.total:
+            finite_where = ",".join(str(i) for i in self.finite_worst_index or ())
+            text += f"; worst finite output {self.max_finite_ratio:.3g}x the allowed error at [{finite_where}]"
         return text
 
 
-def compare(got: torch.Tensor, expected: torch.Tensor, scale: torch.Tensor, tolerance: Tolerance) -> Comparison:
+def compare(got: torch.Tensor, expected: torch.Tensor, scale: torch.Tensor, tolerance: Tolerance,
+            slack: torch.Tensor | None = None) -> Comparison:
     """Compare ``got`` with the fp64 oracle element by element, NaN never passing.
 
     Args:
         got: output read back from the child, any float dtype, shape (M, N).
         expected: fp64 oracle, shape (M, N).
         scale: fp64, shape (M, N), non-negative magnitudes the error bound scales with.
-        tolerance: atol/rtol.
+        tolerance: atol/rtol/vtol.
+        slack: fp64, shape (M, N) or None: extra allowed error of the arithmetic the
+            assignment allows (Tolerance.allowed).
 
     Returns:
         Comparison with count, worst index, got vs expected at the worst element.
@@ -102,7 +133,7 @@ def compare(got: torch.Tensor, expected: torch.Tensor, scale: torch.Tensor, tole
         raise ValueError(f"shape {tuple(got.shape)} != expected {tuple(expected.shape)}")
     got64 = got.detach().to(torch.float64)
     err = (got64 - expected).abs()
-    allowed = tolerance.allowed(expected, scale)
+    allowed = tolerance.allowed(expected, scale, slack)
     finite = torch.isfinite(got64)
     err = torch.where(finite, err, torch.full_like(err, float("inf")))
     ratio = err / allowed
@@ -115,6 +146,11 @@ def compare(got: torch.Tensor, expected: torch.Tensor, scale: torch.Tensor, tole
     flat_worst = int(torch.argmax(torch.where(torch.isnan(ratio), torch.full_like(ratio, float("inf")), ratio)))
     worst_index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat_worst), got64.shape))
     max_abs = float(err[finite].max()) if bool(finite.any()) else float("inf")
+    finite_ratio = torch.where(finite & ~torch.isnan(ratio), ratio, torch.full_like(ratio, -1.0))
+    flat_finite_worst = int(torch.argmax(finite_ratio))
+    max_finite = max(float(finite_ratio.reshape(-1)[flat_finite_worst]), 0.0)
+    finite_worst_index = (tuple(int(i) for i in torch.unravel_index(torch.tensor(flat_finite_worst), got64.shape))
+                          if bool(finite.any()) else None)
     return Comparison(
         passed=bad_count == 0,
         bad_count=bad_count,
@@ -126,4 +162,6 @@ def compare(got: torch.Tensor, expected: torch.Tensor, scale: torch.Tensor, tole
         expected_at_worst=float(expected.reshape(-1)[flat_worst]),
         allowed_at_worst=float(allowed.reshape(-1)[flat_worst]),
         nan_count=nan_count,
+        max_finite_ratio=max_finite,
+        finite_worst_index=finite_worst_index,
     )

@@ -8,6 +8,7 @@ and a ``diagnose`` function that names a known wrong formula when the output mat
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -25,6 +26,8 @@ def describe_failure(evidence: CheckEvidence, call: PlannedCall, round_id: str) 
     got = evidence.calls.get(round_id)
     report = got.report if got else None
     if report is None:
+        if round_id in evidence.stopped:
+            return f"{call.label}: no result ({evidence.stopped[round_id]})"
         return f"{call.label}: no result (the process stopped before this call finished)"
     if report.status == "raised":
         exc = report.exception
@@ -48,10 +51,17 @@ def single_output(check: PlannedCheck, call: PlannedCall, evidence: CheckEvidenc
     return got.out, None
 
 
-def diagnose_coverage(got: torch.Tensor, comparison_bad: torch.Tensor, expected: torch.Tensor) -> str:
+def diagnose_coverage(got: torch.Tensor, comparison_bad: torch.Tensor, expected: torch.Tensor,
+                      ratio: torch.Tensor | None = None) -> str:
     """Name an uncovered block of the output, the mark of a grid, loop bound or mask that stops
     short: NaN outputs where every input is finite, or every column (row) from some index on
-    wrong while every one before it is right. Only for 2-D outputs; "" when nothing fits."""
+    wrong while every one before it is right. Only for 2-D outputs; "" when nothing fits.
+
+    ``ratio`` (|err| / allowed per element, optional): when given, the row/column diagnosis
+    also needs every wrong column (row) to be far off (``COVERAGE_MIN_RATIO`` times the allowed
+    error or more), as unwritten or unreduced elements are; a precision error a little over
+    the tolerance on some rows is not a grid that stops short.
+    """
     got64 = got.double()
     not_finite = ~torch.isfinite(got64)
     if bool(not_finite.any()) and bool(torch.isfinite(expected).all()):
@@ -68,25 +78,57 @@ def diagnose_coverage(got: torch.Tensor, comparison_bad: torch.Tensor, expected:
             continue
         first_bad = int(torch.nonzero(per_index)[0])
         if first_bad > 0 and bool(per_index[first_bad:].all()):
+            if ratio is not None:
+                worst_per_index = ratio.nan_to_num(nan=math.inf).amax(dim=axis)[first_bad:]
+                if not bool((worst_per_index >= COVERAGE_MIN_RATIO).all()):
+                    continue
             return (f" Every {what} from {what} {first_bad} on is wrong and every {what} before it is right:"
                     f" look for {advice}.")
     return ""
 
 
-def _bad_mask(out: torch.Tensor, expected: torch.Tensor, scale: torch.Tensor, call: PlannedCall) -> torch.Tensor:
-    return ~((out.double() - expected).abs() <= call.tolerance.allowed(expected, scale))
+#: How far off (times the allowed error) every element of an uncovered column/row block must be
+#: before diagnose_coverage names a grid, loop or mask: an unwritten or unreduced element is
+#: off by the value itself, hundreds of times a tolerance; a precision error is a few times it.
+COVERAGE_MIN_RATIO = 20.0
+
+
+def _ratio(out: torch.Tensor, expected: torch.Tensor, scale: torch.Tensor, slack: torch.Tensor | None,
+           call: PlannedCall) -> torch.Tensor:
+    err = (out.double() - expected).abs()
+    err = torch.where(torch.isfinite(out.double()), err, torch.full_like(err, math.inf))
+    return err / call.tolerance.allowed(expected, scale, slack)
+
+
+def hint_for(evidence: CheckEvidence, hint: str, hint_requires: tuple[str, ...]) -> str:
+    """The hint to append to a failure: the check's own hint when the simpler checks it builds
+    on (``hint_requires``) passed, else a pointer to those that failed (the same mistake shows
+    there on simpler inputs, so this check's own hint would probably mislead)."""
+    failed = [name for name in hint_requires
+              if name in evidence.earlier and not evidence.earlier[name].passed and not evidence.earlier[name].skipped]
+    if not failed:
+        return f" Hint: {hint}"
+    names = " and ".join(failed)
+    return f" {names} {'fails' if len(failed) == 1 else 'fail'} too, on simpler inputs: fix that first."
 
 
 def evaluate_values(check: PlannedCheck, evidence: CheckEvidence, *, hint: str,
-                    diagnose: Diagnose | None = None) -> CheckOutcome:
+                    diagnose: Diagnose | None = None, hint_requires: tuple[str, ...] = ()) -> CheckOutcome:
     """Every round of every call must return the oracle's values within the dtype's tolerance.
 
     The first failure is described in full (count, worst index, got vs expected, the
-    tolerance); a diagnosis (uncovered block, known wrong formula) replaces the generic hint
-    when one fits.
+    tolerance); a diagnosis (uncovered block, known wrong formula or arithmetic) replaces the
+    generic hint when one fits. The hint itself is only given when the checks named in
+    ``hint_requires`` passed (``hint_for``).
+
+    The outcome's ``max_err_over_tolerance`` is the worst |err|/allowed over every compared
+    element (infinity when an output is NaN or inf); ``details`` then also carries
+    ``worst_finite_err_over_tolerance`` (over finite outputs) and ``non_finite_outputs``.
     """
     failures: list[str] = []
     worst_ratio = 0.0
+    worst_finite = 0.0
+    non_finite = 0
     worst_abs = 0.0
     compared = 0
     tolerance_reason = ""
@@ -110,30 +152,38 @@ def evaluate_values(check: PlannedCheck, evidence: CheckEvidence, *, hint: str,
                                 f"{dtype_name(call.out_dtype)} (keep the input dtype)")
                 continue
             scale = call.scale[round_index]
-            result: Comparison = compare(out, expected, scale, call.tolerance)
+            slack = call.slack_of(round_index)
+            result: Comparison = compare(out, expected, scale, call.tolerance, slack)
             compared += 1
-            worst_ratio = max(worst_ratio, result.max_ratio)
+            worst_ratio = result.max_ratio if math.isnan(result.max_ratio) else max(worst_ratio, result.max_ratio)
+            worst_finite = max(worst_finite, result.max_finite_ratio)
+            non_finite += result.nan_count
             worst_abs = max(worst_abs, result.max_abs_err)
             if not result.passed:
                 label = call.label + (f" (refill {round_index})" if round_index else "")
                 text = f"{label}: {result.describe()}; tolerance {call.tolerance.describe_short()}."
-                finding = diagnose_coverage(out, _bad_mask(out, expected, scale, call), expected)
-                if not finding and diagnose is not None and round_index == 0:
-                    finding = diagnose(out, call, evidence)
-                if finding and not failures:
-                    diagnosed = True
-                failures.append(text + finding)
+                if not failures:  # only the first failure is shown, so only it is diagnosed
+                    ratio = _ratio(out, expected, scale, slack, call)
+                    finding = diagnose_coverage(out, ~(ratio <= 1), expected, ratio)
+                    if not finding and diagnose is not None and round_index == 0:
+                        finding = diagnose(out, call, evidence)
+                    diagnosed = bool(finding)
+                    text += finding
+                failures.append(text)
                 tolerance_reason = tolerance_reason or call.tolerance.describe()
-    numbers = {"cases": compared}
+    numbers: dict = {"cases": compared}
+    details: dict = {}
     if compared:
         numbers.update(max_abs_err=worst_abs, max_err_over_tolerance=worst_ratio)
+        if non_finite:
+            details = {"non_finite_outputs": non_finite, "worst_finite_err_over_tolerance": worst_finite}
     if failures:
         more = f" (+{len(failures) - 1} more)" if len(failures) > 1 else ""
-        hint_text = "" if diagnosed else f" Hint: {hint}"
+        hint_text = "" if diagnosed else hint_for(evidence, hint, hint_requires)
         return CheckOutcome(name=check.name, passed=False, message=failures[0].rstrip(".") + more + "." + hint_text,
-                            tolerance=tolerance_reason or None, **numbers)
+                            tolerance=tolerance_reason or None, details=details, **numbers)
     return CheckOutcome(name=check.name, passed=True, message=f"{compared} cases, worst error {worst_ratio:.2g} of tolerance",
-                        **numbers)
+                        details=details, **numbers)
 
 
 def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 
 from grader.contract import ErrorKind, GradingError
 from grader.harness.protocol import CallReport, DoneReport, StepReport
-from grader.plan import CallEvidence, Plan
+from grader.plan import CallEvidence, Plan, PlannedCheck
 from grader.sandbox import ChildOutcome
 from grader.settings import GraderSettings
 
@@ -33,14 +33,46 @@ def _last_progress(outcome: ChildOutcome) -> str | None:
     return "the import of the module" if last == "import" else f"call {last.removeprefix('call ')}"
 
 
-def _read_done(workdir: Path) -> DoneReport | None:
+def read_done(workdir: Path) -> DoneReport | None:
+    """The child's validated ``done.json``, or None when it is missing or malformed."""
     try:
         return DoneReport.model_validate_json((workdir / "done.json").read_bytes())
     except (OSError, ValidationError, ValueError):
         return None
 
 
-def child_error(outcome: ChildOutcome, workdir: Path, settings: GraderSettings) -> GradingError | None:
+def timeout_message(outcome: ChildOutcome, settings: GraderSettings, *, device: str, where: str | None) -> str:
+    """The words for a child stopped at its wall-clock limit, for the device it ran on.
+
+    On a GPU, Triton compilation is left out of the limit up to the compile budget (the
+    parent timed it from the child's progress pipe); the message says how much there was and
+    whether the child was still compiling past the budget. On the CPU interpreter nothing is
+    compiled: every program of the grid runs one after another in Python, so the advice there
+    is about the number of programs and the work per element.
+    """
+    during = f" during {where}" if where else ""
+    message = f"did not finish within {settings.child_timeout_s:g} s (still running{during})"
+    if device == "cpu":
+        if where and where.startswith("call"):
+            message += (". On the CPU interpreter (TRITON_INTERPRET=1) each program of the grid runs one after"
+                        " another in Python and each block operation is one NumPy call, so a grid of one tiny"
+                        " program per element, or a Python-level loop over elements, is slow there; use blocks of"
+                        " hundreds or thousands of elements")
+        return message
+    compiled = outcome.compile_s
+    if outcome.compile_budget_exhausted:
+        message += (f". It spent {compiled:.0f} s compiling Triton kernels, past the compile budget of"
+                    f" {settings.compile_budget_s:g} s that is not counted in the limit: Triton compiles each new"
+                    f" block size, dtype and alignment once, and a block holding a whole long row (or many"
+                    f" autotune configs) takes long; loop over long rows in chunks of a few thousand elements")
+    elif compiled > 0:
+        message += (f"; {outcome.compile_excluded_s:.0f} s of Triton compilation were not counted"
+                    f" (compile budget {settings.compile_budget_s:g} s)")
+    return message
+
+
+def child_error(outcome: ChildOutcome, workdir: Path, settings: GraderSettings, *, device: str = "cpu"
+                ) -> GradingError | None:
     """The error of a child that did not finish normally, or None if it did.
 
     Raises:
@@ -51,14 +83,8 @@ def child_error(outcome: ChildOutcome, workdir: Path, settings: GraderSettings) 
     where = _last_progress(outcome)
     during = f" during {where}" if where else ""
     if outcome.timed_out:
-        message = f"did not finish within {settings.child_timeout_s:g} s (still running{during})"
-        if where and where.startswith("call"):
-            message += (
-                ". If that call was the first with a new row length: Triton compiles a kernel for each new "
-                "block size, and on a GPU a block holding a whole long row (e.g. 262144 elements) can take "
-                "minutes to compile; loop over long rows in chunks"
-            )
-        return GradingError(kind=ErrorKind.TIMEOUT, message=message)
+        return GradingError(kind=ErrorKind.TIMEOUT, message=timeout_message(outcome, settings, device=device, where=where),
+                            details={"compile_s": round(outcome.compile_s, 3)} if outcome.compile_s else {})
     if outcome.memory_exceeded:
         return GradingError(kind=ErrorKind.RESOURCE_LIMIT,
                             message=f"used more than {settings.memory_limit_bytes / 2**30:.3g} GiB of host memory{during}")
@@ -74,7 +100,7 @@ def child_error(outcome: ChildOutcome, workdir: Path, settings: GraderSettings) 
             f"{outcome.log.text[-1500:]}"
         )
     finished = outcome.progress.done and outcome.returncode == 0
-    done = _read_done(workdir)
+    done = read_done(workdir)
     if done is not None and done.phase == "import":
         exc = done.exception
         kind = {"SystemExit": ErrorKind.EXITED, "MemoryError": ErrorKind.RESOURCE_LIMIT}.get(
@@ -114,16 +140,17 @@ def call_context(outcome: ChildOutcome, plan: Plan, kind: ErrorKind, crash_hint:
     return f". The call's inputs: {call.label}." + (crash_hint if kind is ErrorKind.CRASH else "")
 
 
-def read_evidence(plan: Plan, workdir: Path) -> tuple[dict[str, CallEvidence], set[int]]:
-    """Per-round evidence of every step the child finished, keyed by round id, and the indexes
-    of the steps that left a report file. Malformed reports count as missing."""
+def read_evidence(steps: list[PlannedCheck], workdir: Path) -> tuple[dict[str, CallEvidence], set[str]]:
+    """Per-round evidence of every step the child finished, keyed by round id, and the names of
+    the checks whose step left a report file. ``steps`` are the checks of the child's plan, in
+    its order (Plan.steps). Malformed reports count as missing."""
     calls: dict[str, CallEvidence] = {}
-    finished_steps: set[int] = set()
-    for index, _ in enumerate(plan.checks):
+    finished_steps: set[str] = set()
+    for index, step_check in enumerate(steps):
         report_path = workdir / f"step_{index}.json"
         if not report_path.exists():
             continue
-        finished_steps.add(index)
+        finished_steps.add(step_check.name)
         try:
             step = StepReport.model_validate_json(report_path.read_bytes())
         except (OSError, ValidationError, ValueError):

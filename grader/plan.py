@@ -30,6 +30,7 @@ from grader.harness.protocol import (
     ScalarSpec,
     StepSpec,
     TensorSpec,
+    TiledSpec,
 )
 
 #: NaN elements before and after every view in its base buffer: an out-of-bounds read shows
@@ -108,6 +109,24 @@ class InputBank:
         """The values of a view as the child sees them (same dtype), as a new tensor."""
         return torch.as_strided(self.bases[spec.base], spec.size, spec.stride, spec.offset).clone()
 
+    def tiled(self, pattern: torch.Tensor, dtype: torch.dtype, rows: int) -> TiledSpec:
+        """A (rows, N) contiguous ``dtype`` tensor that the child builds on its device from
+        ``pattern`` (P, N): row r holds pattern row r % P, inside GUARD NaN elements.
+
+        Used where the tensor is too large to send (large_offsets: 4.3 GB per tensor); only
+        the pattern travels, and the parent's oracle of any row r is the oracle of pattern row
+        r % P (``pattern_row``).
+        """
+        flat = pattern.to(dtype).contiguous().reshape(-1)
+        return TiledSpec(pattern=self.add(flat), pattern_rows=int(pattern.shape[0]), size=[rows, int(pattern.shape[1])],
+                         offset=GUARD)
+
+    def pattern_row(self, spec: TiledSpec, row: int) -> torch.Tensor:
+        """Row ``row`` of a tiled tensor as the child builds it (1-D, the spec's dtype)."""
+        cols = spec.size[1]
+        index = row % spec.pattern_rows
+        return self.bases[spec.pattern][index * cols:(index + 1) * cols].clone()
+
 
 @dataclass
 class PlannedCall:
@@ -119,6 +138,8 @@ class PlannedCall:
         expect: ``output`` (compare with the oracle) or ``raise`` (the call must raise).
         label: the call's inputs in words, for messages ("(4, 1000) float16").
         expected, scale: per round, the fp64 oracle and the error scale of each output element.
+        slack: per round, the extra error the allowed arithmetic makes at each element
+            (grader.checks.Tolerance.allowed), or an empty list for none.
         tolerance: the dtype's tolerance (grader.checks.Tolerance).
         out_dtype: the dtype the output must have.
         refills: per further round, argument position -> base holding the new values.
@@ -126,6 +147,8 @@ class PlannedCall:
         record_launches: the child records the call's Triton launches, which are replayed on
             ``replay_args``/``replay_kwargs`` (other values, the same layouts); the replayed
             output must match ``replay_expected`` within ``tolerance`` (check ``triton_kernel``).
+        sample_rows: the child sends back only these rows of the output (for outputs too large
+            to send whole); ``expected``/``scale``/``slack`` then hold those rows only.
         extra: check-specific data (e.g. central-difference points).
     """
 
@@ -136,6 +159,7 @@ class PlannedCall:
     kwargs: dict[str, ArgSpec] = field(default_factory=dict)
     expected: list[torch.Tensor] = field(default_factory=list)
     scale: list[torch.Tensor] = field(default_factory=list)
+    slack: list[torch.Tensor] = field(default_factory=list)
     tolerance: Tolerance | None = None
     out_dtype: torch.dtype | None = None
     refills: list[dict[int, str]] = field(default_factory=list)
@@ -145,6 +169,7 @@ class PlannedCall:
     replay_kwargs: dict[str, ArgSpec] = field(default_factory=dict)
     replay_expected: torch.Tensor | None = None
     replay_scale: torch.Tensor | None = None
+    sample_rows: list[int] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -160,7 +185,12 @@ class PlannedCall:
     def to_spec(self) -> CallSpec:
         return CallSpec(id=self.id, args=self.args, kwargs=self.kwargs, refills=self.refills,
                         save_inputs_after=self.save_inputs_after, record_launches=self.record_launches,
-                        replay_args=self.replay_args, replay_kwargs=self.replay_kwargs)
+                        replay_args=self.replay_args, replay_kwargs=self.replay_kwargs,
+                        sample_rows=self.sample_rows)
+
+    def slack_of(self, round_index: int) -> torch.Tensor | None:
+        """The slack of a round, or None when the call has none."""
+        return self.slack[round_index] if round_index < len(self.slack) else None
 
 
 @dataclass
@@ -185,19 +215,42 @@ class CallEvidence:
 
 @dataclass
 class CheckEvidence:
-    """Everything a check's ``evaluate`` may look at: per-round evidence and the input bank."""
+    """Everything a check's ``evaluate`` may look at.
+
+    Attributes:
+        calls: per-round evidence, keyed by round id.
+        bank: the input bank.
+        earlier: the outcomes of the checks evaluated before this one (plan order), so that a
+            check can tell whether a failure is its own or one an earlier check already shows.
+        stopped: round id -> why the process running it stopped without a report (the parent's
+            words, e.g. a crash of the isolated large_offsets child).
+    """
 
     calls: dict[str, CallEvidence]
     bank: InputBank
+    earlier: dict[str, CheckOutcome] = field(default_factory=dict)
+    stopped: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
 class PlannedCheck:
-    """A named check: its calls and the function that turns their evidence into a verdict."""
+    """A named check: its calls and the function that turns their evidence into a verdict.
+
+    Attributes:
+        name: the public check name.
+        calls: the calls the child makes for it.
+        evaluate: evidence -> outcome.
+        isolated: run in a child process of its own, after every other check (a check that can
+            crash the process, e.g. large_offsets, must not take the others' verdicts with it).
+        skip_reason: when set, the check is not run and is reported as skipped with this reason
+            (e.g. GPU-only checks on the CPU interpreter).
+    """
 
     name: str
     calls: list[PlannedCall]
     evaluate: Callable[[PlannedCheck, CheckEvidence], CheckOutcome]
+    isolated: bool = False
+    skip_reason: str | None = None
 
 
 class Plan:
@@ -222,14 +275,21 @@ class Plan:
         """Every planned call by id."""
         return {call.id: call for check in self.checks for call in check.calls}
 
-    def to_protocol(self, *, function: str, module_file: str, other_device: str) -> CheckPlan:
-        """The plan as the child reads it (``plan.json``)."""
+    def steps(self, *, isolated: bool) -> list[PlannedCheck]:
+        """The checks one child runs, in plan order: the main child's (``isolated=False``) or
+        those that run in a process of their own; skipped checks and checks without calls
+        are not steps."""
+        return [c for c in self.checks if c.calls and c.skip_reason is None and c.isolated == isolated]
+
+    def to_protocol(self, *, function: str, module_file: str, other_device: str, isolated: bool = False) -> CheckPlan:
+        """The plan as one child reads it (``plan.json``): the steps of ``steps(isolated=...)``."""
         return CheckPlan(
             function=function,
             module_file=module_file,
             device=self.device,
             other_device=other_device,
-            steps=[StepSpec(check=c.name, calls=[call.to_spec() for call in c.calls]) for c in self.checks],
+            steps=[StepSpec(check=c.name, calls=[call.to_spec() for call in c.calls])
+                   for c in self.steps(isolated=isolated)],
         )
 
 

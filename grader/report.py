@@ -14,15 +14,26 @@ from grader.contract import CheckOutcome, ResultDocument
 
 
 def error_vs_tolerance(check: CheckOutcome) -> str:
-    """The ``err/tol`` cell: the worst error as a fraction of the tolerance ("NaN/inf" when an
-    output was not finite), with the absolute error when it is known; "" for checks that do not
-    compare values."""
+    """The ``err/tol`` cell: the worst error as a fraction of the tolerance, with the absolute
+    error when it is known; "" for checks that do not compare values.
+
+    When outputs were NaN or inf the cell says how many, and the worst ratio over the finite
+    outputs (``details.worst_finite_err_over_tolerance``), so a NaN never hides how far off the
+    rest is: e.g. ``NaN/inf x12; finite 3.1e+04``.
+    """
     ratio = check.max_err_over_tolerance
     if ratio is None:
         return ""
-    text = "NaN/inf" if not math.isfinite(ratio) else f"{ratio:.3g}"
-    if check.max_abs_err is not None and math.isfinite(check.max_abs_err) and math.isfinite(ratio):
-        text += f" ({check.max_abs_err:.2g})"
+    if math.isfinite(ratio):
+        text = f"{ratio:.3g}"
+        if check.max_abs_err is not None and math.isfinite(check.max_abs_err):
+            text += f" ({check.max_abs_err:.2g})"
+        return text
+    count = check.details.get("non_finite_outputs")
+    text = "NaN/inf" + (f" x{count}" if count else "")
+    finite = check.details.get("worst_finite_err_over_tolerance")
+    if isinstance(finite, (int, float)) and finite > 0:
+        text += f"; finite {finite:.3g}"
     return text
 
 

@@ -29,9 +29,16 @@ from grader.contract import (
     ResultDocument,
     Verdict,
 )
-from grader.evidence import InfrastructureError, call_context, call_level_error, child_error, read_evidence
+from grader.evidence import (
+    InfrastructureError,
+    call_context,
+    call_level_error,
+    child_error,
+    read_done,
+    read_evidence,
+)
 from grader.harness.protocol import BenchmarkRowSpec
-from grader.plan import CheckEvidence, Plan
+from grader.plan import CallEvidence, CheckEvidence, Plan
 from grader.sandbox import SandboxUnavailable, bwrap_version, run_sandboxed, stage_harness
 from grader.settings import GraderSettings
 from grader.source_validation import SourceRejected, validate_source
@@ -90,31 +97,46 @@ def _rejected_document(document: ResultDocument, exc: SourceRejected) -> ResultD
     })
 
 
-def _evaluate_checks(plan: Plan, evidence: CheckEvidence, finished_steps: set[int], run_error: GradingError | None,
+#: At most this many notes from one child's done.json reach the result (each capped by the
+#: protocol); they are the harness's words, shown to the student, never a verdict.
+MAX_CHILD_NOTES = 5
+
+
+def _evaluate_checks(plan: Plan, evidence: CheckEvidence, finished: set[str], run_error: GradingError | None,
                      *, previous: list[CheckOutcome] | None = None) -> list[CheckOutcome]:
-    """Every check's outcome; checks whose step never finished are listed as not run. With
-    ``previous``, only the aggregate checks (no calls of their own: they read the whole run,
-    e.g. the replayed outputs) are evaluated again; the others keep their outcome."""
+    """Every check's outcome, in plan order; checks whose step never finished are listed as not
+    run, skipped checks with their reason. Each check's evaluate sees the outcomes before it
+    (``evidence.earlier``). With ``previous``, only the aggregate checks (no calls of their own:
+    they read the whole run, e.g. the replayed outputs) are evaluated again; the others keep
+    their outcome."""
     outcomes: list[CheckOutcome] = []
     for index, check in enumerate(plan.checks):
         if previous is not None and check.calls:
-            outcomes.append(previous[index])
-            continue
-        if (check.calls and index not in finished_steps) or (not check.calls and run_error is not None):
+            outcome = previous[index]
+        elif check.skip_reason is not None:
+            outcome = CheckOutcome(name=check.name, passed=False, skipped=True, message=check.skip_reason)
+        elif (check.calls and check.name not in finished) or (not check.calls and run_error is not None):
             # Never ran (or, for aggregate checks such as triton_kernel, needs the whole run):
             # listed so that the table shows how far the run got; the error says why.
-            outcomes.append(CheckOutcome(name=check.name, passed=False, skipped=True,
-                                         message="not run: the run ended with the error below"))
-            continue
-        try:
-            outcomes.append(check.evaluate(check, evidence))
-        except Exception as exc:  # noqa: BLE001 - odd outputs must not crash the parent
-            outcomes.append(CheckOutcome(name=check.name, passed=False,
-                                         message=f"could not evaluate the output: {type(exc).__name__}: {exc}"))
+            outcome = CheckOutcome(name=check.name, passed=False, skipped=True,
+                                   message="not run: the run ended with the error below")
+        else:
+            try:
+                outcome = check.evaluate(check, evidence)
+            except Exception as exc:  # noqa: BLE001 - odd outputs must not crash the parent
+                outcome = CheckOutcome(name=check.name, passed=False,
+                                       message=f"could not evaluate the output: {type(exc).__name__}: {exc}")
+        outcomes.append(outcome)
+        evidence.earlier[check.name] = outcome
     return outcomes
 
 
 def _verdict(outcomes: list[CheckOutcome], error: GradingError | None, expected_checks: int) -> Verdict:
+    """``failed`` when a check failed (even if the run then ended with an error, which the
+    document reports beside the failures); else ``error`` when the run ended early; else
+    ``passed`` when every check passed or was skipped and at least one passed."""
+    if any(not o.passed and not o.skipped for o in outcomes):
+        return Verdict.FAILED
     if error is not None:
         return Verdict.ERROR
     if len(outcomes) == expected_checks and all(o.passed or o.skipped for o in outcomes) and any(o.passed for o in outcomes):
@@ -131,40 +153,115 @@ class _Run:
     unreplayable: dict[str, str] = field(default_factory=dict)
 
 
+def _child_notes(workdir: Path) -> list[str]:
+    done = read_done(workdir)
+    return list(done.notes[:MAX_CHILD_NOTES]) if done is not None else []
+
+
+def _run_child(plan: Plan, assignment: Assignment, source: str, *, isolated: bool, device: str,
+               settings: GraderSettings, grading_dir: Path, cache_dir: Path, rows: list[dict] | None = None):
+    """Write one child's work folder (source, plan, inputs) and run it in the sandbox.
+
+    The main child (``isolated=False``) gets every base of the bank and the benchmark rows it
+    records for the replay timer; an isolated child only the bases its steps read.
+
+    Returns:
+        (workdir, ChildOutcome).
+
+    Raises:
+        InfrastructureError: the sandbox could not run.
+    """
+    manifest = assignment.manifest
+    workdir = grading_dir / ("isolated" if isolated else "check")
+    workdir.mkdir()
+    (workdir / manifest.module_file).write_text(source, encoding="utf-8")
+    other_device = "cpu" if device == "cuda" else "meta"
+    protocol_plan = plan.to_protocol(function=manifest.function, module_file=manifest.module_file,
+                                     other_device=other_device, isolated=isolated)
+    if not isolated:
+        protocol_plan.benchmark_rows = [
+            BenchmarkRowSpec(**{k: row[k] for k in ("id", "shape", "dtype", "seed", "warmup_seed")}) for row in rows or []]
+        bases = plan.bank.bases
+    else:
+        names = {getattr(arg, "base", None) or getattr(arg, "pattern", None)
+                 for step in plan.steps(isolated=True) for call in step.calls
+                 for arg in [*call.args, *call.kwargs.values()]}
+        bases = {name: plan.bank.bases[name] for name in sorted(n for n in names if n)}
+    (workdir / "plan.json").write_text(protocol_plan.model_dump_json())
+    save_file(bases, str(workdir / "inputs.safetensors"))
+    harness = stage_harness(grading_dir / ("harness-isolated" if isolated else "harness"),
+                            {"assignment_bench.py": assignment.benchmark.bench_file})
+    try:
+        outcome = run_sandboxed(harness=harness / "check_child.py", workdir=workdir, device=device, settings=settings,
+                                args=[str(workdir)], cache_dir=cache_dir, progress=True,
+                                compile_budget_s=settings.compile_budget_s)
+    except SandboxUnavailable as exc:
+        raise InfrastructureError(str(exc)) from exc
+    return workdir, outcome
+
+
+def _run_isolated(plan: Plan, assignment: Assignment, source: str, evidence: CheckEvidence, finished: set[str], *,
+                  device: str, settings: GraderSettings, grading_dir: Path, cache_dir: Path,
+                  timings: dict[str, float]) -> list[str]:
+    """Run the checks that need a process of their own (after the others, so that a crash there
+    keeps every earlier verdict) and add their evidence. A crash or timeout in that process is
+    the evidence of those checks (their calls are marked as stopped, with the reason).
+
+    Returns:
+        Notes for the result (from that child's done.json).
+
+    Raises:
+        InfrastructureError: the sandbox could not run, or its harness failed before it
+            finished building the inputs for another reason than a device allocation.
+    """
+    steps = plan.steps(isolated=True)
+    if not steps:
+        return []
+    workdir, outcome = _run_child(plan, assignment, source, isolated=True, device=device, settings=settings,
+                                  grading_dir=grading_dir, cache_dir=cache_dir)
+    timings["isolated_child"] = outcome.duration_s
+    timings["isolated_compile"] = outcome.compile_s
+    done = read_done(workdir)
+    if done is not None and done.phase == "inputs" and (outcome.progress is None or not outcome.progress.started):
+        # The harness could not build the inputs on the device, before any submission code ran.
+        reason = done.exception.message if done.exception else "unknown"
+        for step in steps:
+            step.skip_reason = f"not run: the inputs did not fit on the device ({reason[:300]})"
+        return []
+    calls, isolated_finished = read_evidence(steps, workdir)
+    evidence.calls.update(calls)
+    finished |= isolated_finished
+    error = child_error(outcome, workdir, settings, device=device) or call_level_error(calls)
+    if error is not None:
+        stopped = f"the process ended: {error.kind.value}: {error.message}"
+        for step in steps:
+            finished.add(step.name)
+            for call in step.calls:
+                for round_id in call.round_ids:
+                    evidence.calls.setdefault(round_id, CallEvidence(report=None, out=None))
+                    evidence.stopped.setdefault(round_id, stopped)
+    return _child_notes(workdir)
+
+
 def _run_checks(assignment: Assignment, source: str, *, device: str, seed: int, settings: GraderSettings,
                 grading_dir: Path, cache_dir: Path, timings: dict[str, float], rows: list[dict],
                 benchmark_options) -> _Run:
-    """Build the plan, run the child, read its evidence, replay its recorded launches (on a GPU,
-    in the trusted replay process, which also times ``rows`` when every other check passed) and
-    evaluate every check.
+    """Build the plan, run the child (and, when it finished, the isolated checks' child), read
+    their evidence, replay the recorded launches (on a GPU, in the trusted replay process, which
+    also times ``rows`` when every other check passed) and evaluate every check.
 
     Raises:
         InfrastructureError: the sandbox could not run, or the harness never started.
     """
-    manifest = assignment.manifest
-    workdir = grading_dir / "check"
-    workdir.mkdir()
-    (workdir / manifest.module_file).write_text(source, encoding="utf-8")
     started = time.monotonic()
     plan = assignment.build_plan(seed=seed, device=device)
-    other_device = "cpu" if device == "cuda" else "meta"
-    protocol_plan = plan.to_protocol(function=manifest.function, module_file=manifest.module_file,
-                                     other_device=other_device)
-    protocol_plan.benchmark_rows = [BenchmarkRowSpec(**{k: row[k] for k in ("id", "shape", "dtype", "seed", "warmup_seed")})
-                                    for row in rows]
-    (workdir / "plan.json").write_text(protocol_plan.model_dump_json())
-    save_file(plan.bank.bases, str(workdir / "inputs.safetensors"))
     timings["inputs"] = time.monotonic() - started
-    harness = stage_harness(grading_dir / "harness", {"assignment_bench.py": assignment.benchmark.bench_file})
-    try:
-        outcome = run_sandboxed(harness=harness / "check_child.py", workdir=workdir, device=device,
-                                settings=settings, args=[str(workdir)], cache_dir=cache_dir, progress=True)
-    except SandboxUnavailable as exc:
-        raise InfrastructureError(str(exc)) from exc
+    workdir, outcome = _run_child(plan, assignment, source, isolated=False, device=device, settings=settings,
+                                  grading_dir=grading_dir, cache_dir=cache_dir, rows=rows)
     timings["child"] = outcome.duration_s
-    oracle_started = time.monotonic()
-    evidence_calls, finished_steps = read_evidence(plan, workdir)
-    error = child_error(outcome, workdir, settings) or call_level_error(evidence_calls)
+    timings["compile"] = outcome.compile_s
+    evidence_calls, finished = read_evidence(plan.steps(isolated=False), workdir)
+    error = child_error(outcome, workdir, settings, device=device) or call_level_error(evidence_calls)
     durations = [e.report.duration_s for e in evidence_calls.values() if e.report]
     # Time inside the submission's calls (Triton JIT compilation of each new specialisation
     # included); the rest of the child's time is Python, torch and input start-up.
@@ -173,8 +270,13 @@ def _run_checks(assignment: Assignment, source: str, *, device: str, seed: int, 
     if error is not None:
         error = error.model_copy(update={"message": error.message + call_context(outcome, plan, error.kind,
                                                                                  assignment.crash_hint)})
+    notes = _child_notes(workdir)
     evidence = CheckEvidence(calls=evidence_calls, bank=plan.bank)
-    outcomes = _evaluate_checks(plan, evidence, finished_steps, error)
+    if error is None:
+        notes += _run_isolated(plan, assignment, source, evidence, finished, device=device, settings=settings,
+                               grading_dir=grading_dir, cache_dir=cache_dir, timings=timings)
+    oracle_started = time.monotonic()
+    outcomes = _evaluate_checks(plan, evidence, finished, error)
     timings["oracles"] = time.monotonic() - oracle_started
     run = _Run(fields={})
     if device == "cuda" and error is None:
@@ -183,13 +285,14 @@ def _run_checks(assignment: Assignment, source: str, *, device: str, seed: int, 
         _replay_on_gpu(assignment, plan, workdir, evidence_calls, run, settings=settings, rows=rows,
                        time_rows=others_passed, benchmark_options=benchmark_options)
         timings["replay"] = time.monotonic() - replay_started
-        outcomes = _evaluate_checks(plan, evidence, finished_steps, error, previous=outcomes)
+        outcomes = _evaluate_checks(plan, evidence, finished, error, previous=outcomes)
     run.fields = {
         "verdict": _verdict(outcomes, error, len(plan.checks)),
         "error": error,
         "checks": outcomes,
         "log": CapturedLog(**outcome.log.as_json()),
         "limits": outcome.limits,
+        "notes": list(dict.fromkeys(notes)),
     }
     return run
 

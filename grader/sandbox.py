@@ -83,6 +83,11 @@ class ChildOutcome:
             as exit status 128 + N; that is translated here), or None.
         process_limit_hit: a fork or thread creation was refused by the process limit.
         progress: lines the harness wrote to its progress pipe (when asked for).
+        compile_s: wall time the parent saw the child compiling (between ``compile begin`` and
+            ``compile end`` lines on its progress pipe), seconds.
+        compile_excluded_s: the part of it left out of the wall-clock limit (at most the
+            compile budget), seconds.
+        compile_budget_exhausted: the child kept claiming to compile past the budget.
     """
 
     returncode: int | None
@@ -95,6 +100,9 @@ class ChildOutcome:
     signal: int | None = None
     process_limit_hit: bool = False
     progress: "ProgressLines | None" = None
+    compile_s: float = 0.0
+    compile_excluded_s: float = 0.0
+    compile_budget_exhausted: bool = False
 
 
 class _OutputCapture(threading.Thread):
@@ -139,11 +147,20 @@ class _OutputCapture(threading.Thread):
         return CapturedLog(text=text, truncated=truncated, total_bytes=self.total, omitted_bytes=self.total - kept)
 
 
+#: Progress lines with which the harness brackets a Triton compilation (check_child.py).
+COMPILE_BEGIN = "compile begin"
+COMPILE_END = "compile end"
+
+
 class ProgressLines(threading.Thread):
-    """Reads the child's progress pipe: the first line, the last line, and whether ``done`` came.
+    """Reads the child's progress pipe: the first line, the last line, whether ``done`` came,
+    and how long the child spent compiling.
 
     The harness writes ``import`` before any submission code runs, so ``first == "import"``
     proves that the harness started; the submission can append lines but not remove them.
+    ``compile begin`` / ``compile end`` lines (written by the harness around each Triton
+    compilation) are timed here, by this process's clock when they arrive: nothing the child
+    says about durations is believed, and ``last`` ignores them (it names the last call).
     At most ``cap_bytes`` are parsed; the rest is drained and dropped.
     """
 
@@ -154,6 +171,37 @@ class ProgressLines(threading.Thread):
         self.first: str | None = None
         self.last: str | None = None
         self.done = False
+        self._lock = threading.Lock()
+        self._compile_closed_s = 0.0
+        self._compiling_since: float | None = None
+        self._depth = 0
+
+    def _compile_event(self, line: str, now: float) -> None:
+        with self._lock:
+            if line == COMPILE_BEGIN:
+                if self._depth == 0:
+                    self._compiling_since = now
+                self._depth += 1
+            elif self._depth > 0:
+                self._depth -= 1
+                if self._depth == 0 and self._compiling_since is not None:
+                    self._compile_closed_s += now - self._compiling_since
+                    self._compiling_since = None
+
+    def compile_seconds(self, now: float | None = None) -> float:
+        """Seconds the child has spent between compile begin and end so far (an open
+        compilation counts up to ``now``, default: the current monotonic time)."""
+        with self._lock:
+            total = self._compile_closed_s
+            if self._compiling_since is not None:
+                total += (time.monotonic() if now is None else now) - self._compiling_since
+            return total
+
+    @property
+    def compiling(self) -> bool:
+        """A compilation was announced and has not ended."""
+        with self._lock:
+            return self._depth > 0
 
     def run(self) -> None:
         buffered = b""
@@ -163,6 +211,7 @@ class ProgressLines(threading.Thread):
                 chunk = pipe.read(65536)
                 if not chunk:
                     break
+                now = time.monotonic()
                 if seen > self.cap_bytes:
                     continue
                 seen += len(chunk)
@@ -174,13 +223,49 @@ class ProgressLines(threading.Thread):
                         continue
                     if self.first is None:
                         self.first = line
+                    if line in (COMPILE_BEGIN, COMPILE_END):
+                        self._compile_event(line, now)
+                        continue
                     self.last = line
                     if line == "done":
                         self.done = True
+        # The pipe closed (the child exited or was killed) inside a compilation: it ended now.
+        while self.compiling:
+            self._compile_event(COMPILE_END, time.monotonic())
 
     @property
     def started(self) -> bool:
         return self.first == "import"
+
+
+class WallClock:
+    """The child's time limit: ``limit_s`` of wall time, not counting time spent compiling
+    (as seen on the progress pipe) up to ``compile_budget_s``.
+
+    So Triton compilation never decides a verdict within the budget, and a child that claims
+    to compile forever is still stopped: at most ``limit_s + compile_budget_s`` in all.
+    """
+
+    def __init__(self, limit_s: float, compile_budget_s: float, progress: ProgressLines | None) -> None:
+        self.limit_s = limit_s
+        self.compile_budget_s = compile_budget_s if progress is not None else 0.0
+        self.progress = progress
+        self.started = time.monotonic()
+
+    def excluded_s(self, now: float) -> float:
+        if self.progress is None or self.compile_budget_s <= 0:
+            return 0.0
+        return min(self.progress.compile_seconds(now), self.compile_budget_s)
+
+    def remaining_s(self, now: float | None = None) -> float:
+        """Seconds left before the child must be stopped (<= 0: stop it now)."""
+        now = time.monotonic() if now is None else now
+        return self.limit_s + self.excluded_s(now) - (now - self.started)
+
+    def budget_exhausted(self, now: float | None = None) -> bool:
+        now = time.monotonic() if now is None else now
+        return (self.progress is not None and self.compile_budget_s > 0
+                and self.progress.compile_seconds(now) > self.compile_budget_s)
 
 
 class _Cgroup:
@@ -476,6 +561,7 @@ def run_sandboxed(
     args: list[str],
     cache_dir: Path | None = None,
     progress: bool = False,
+    compile_budget_s: float = 0.0,
 ) -> ChildOutcome:
     """Run ``python -I harness args...`` as the untrusted child and wait for it.
 
@@ -489,6 +575,9 @@ def run_sandboxed(
         args: arguments for the harness.
         progress: open a pipe for the harness's progress lines and append its file
             descriptor number to ``args`` (see ProgressLines).
+        compile_budget_s: with ``progress``, time the child spends compiling (``compile
+            begin``/``compile end`` on the pipe) is left out of ``settings.child_timeout_s`` up to
+            this many seconds (WallClock); 0 counts compile time like any other.
         cache_dir: the submission's own Triton cache folder, bound read-write, so the check run
             and the benchmark run of one grading compile each kernel once. Never shared between
             submissions (a shared cache could be poisoned). None: a fresh one in the child's /tmp.
@@ -518,6 +607,7 @@ def run_sandboxed(
     cgroup = _Cgroup(settings.memory_limit_bytes, settings.max_processes) if os.geteuid() == 0 else None
     limits = {
         "wall_s": settings.child_timeout_s,
+        "compile_budget_s": compile_budget_s if progress else 0.0,
         "memory_bytes": settings.memory_limit_bytes,
         "max_processes": settings.max_processes,
         "enforced_by": [],
@@ -613,16 +703,27 @@ def run_sandboxed(
         # Without a memory cgroup; resident sets of forked copies share pages, so this
         # over-counts a fork bomb, which the process limit stops first.
         watchdog.start()
-    try:
-        process.wait(timeout=settings.child_timeout_s)
-    except subprocess.TimeoutExpired:
-        kill("timeout")
-        process.wait()
+    clock = WallClock(settings.child_timeout_s, compile_budget_s, progress_lines)
+    clock.started = started
+    while True:
+        remaining = clock.remaining_s()
+        if remaining <= 0:
+            kill("timeout")
+            process.wait()
+            break
+        try:
+            # Wake at least every second: compile time seen meanwhile moves the deadline.
+            process.wait(timeout=min(remaining, 1.0))
+            break
+        except subprocess.TimeoutExpired:
+            continue
     watchdog_stop.set()
     capture.join(timeout=10)
     if progress_lines is not None:
         progress_lines.join(timeout=10)
     duration = time.monotonic() - started
+    compile_s = progress_lines.compile_seconds() if progress_lines is not None else 0.0
+    compile_excluded = clock.excluded_s(time.monotonic())
     oom = cgroup.oom_killed() if cgroup is not None else False
     pids_hit = cgroup.process_limit_hit() if cgroup is not None else False
     if cgroup is not None:
@@ -645,4 +746,7 @@ def run_sandboxed(
         signal=signal_number,
         process_limit_hit=pids_hit,
         progress=progress_lines,
+        compile_s=compile_s,
+        compile_excluded_s=compile_excluded,
+        compile_budget_exhausted=clock.budget_exhausted(),
     )

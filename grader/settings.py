@@ -19,7 +19,13 @@ class GraderSettings(BaseSettings):
         sandbox: ``"bwrap"`` runs the submission under bubblewrap (required in production);
             ``"unsafe-none"`` runs it in a plain child process with the same limits but no
             namespaces: only for machines where bwrap cannot run, and reported in the result.
-        child_timeout_s: wall-clock limit for the whole untrusted child, seconds.
+        child_timeout_s: wall-clock limit for the whole untrusted child, seconds, not counting
+            the time it spends compiling Triton kernels (up to ``compile_budget_s``).
+        compile_budget_s: Triton compilation time of a correctness child that is left out of
+            ``child_timeout_s``, seconds (docs/checks.md, "Compile time"). The parent times it
+            from the ``compile begin``/``compile end`` lines the harness writes on its progress
+            pipe; a child that claims to compile for longer is still stopped after
+            ``child_timeout_s + compile_budget_s`` in all. 0 counts compile time like any other.
         memory_limit_bytes: host memory limit for the child (cgroup when available, else
             RLIMIT_AS on CPU runs, plus a resident-set watchdog), bytes.
         max_processes: processes/threads the child may have at once (cgroup pids, else
@@ -34,6 +40,7 @@ class GraderSettings(BaseSettings):
 
     sandbox: Literal["bwrap", "unsafe-none"] = "bwrap"
     child_timeout_s: float = Field(default=180.0, gt=0)
+    compile_budget_s: float = Field(default=300.0, ge=0)
     memory_limit_bytes: int = Field(default=8 * 1024**3, gt=0)
     max_processes: int = Field(default=256, gt=0)
     log_cap_bytes: int = Field(default=64 * 1024, gt=0)

@@ -22,12 +22,21 @@ Protocol (all paths inside WORKDIR, which the parent binds read-write):
 - ``recording/``     on a GPU: ``recording.json`` (``protocol.Recording``: the recorded calls,
                      the benchmark rows' calls, the kernels) and ``kernel_<sha256>.cubin`` files,
                      for the trusted replay process (grader/harness/replay_child.py).
-- ``done.json``      how the run ended (``done``, or an import, lookup or CUDA failure). The
-                     parent trusts ``done`` only if the progress pipe also said ``done``.
+- ``done.json``      how the run ended (``done``, or an import, lookup or CUDA failure, or
+                     ``inputs``: the tiled inputs could not be built on the device, before any
+                     submission code ran). The parent trusts ``done`` only if the progress pipe
+                     also said ``done``. Its ``notes`` name autotuners narrowed under the
+                     interpreter.
+
+A call's ``tiled`` arguments (protocol.TiledSpec: large_offsets' 4.3 GB tensors) are built here
+on the device from a few pattern rows, before the submission is imported; for calls with
+``sample_rows`` only those rows of the output are written back.
 
 Progress goes to a pipe the parent holds open (file descriptor PROGRESS_FD), one line per
-event: ``import`` before the submission is imported, ``call <id>`` before each call and
-``done`` at the end. What was written to a pipe cannot be taken back, so a submission that
+event: ``import`` before the submission is imported, ``call <id>`` before each call,
+``compile begin`` / ``compile end`` around each Triton compilation (the parent leaves that
+time out of the wall-clock limit, up to a budget, timing it by its own clock) and ``done`` at
+the end. What was written to a pipe cannot be taken back, so a submission that
 deletes files or forges reports cannot make the parent believe the harness never started, or
 that a run finished that did not.
 
@@ -57,6 +66,114 @@ MESSAGE_CAP = 2000
 
 def _short(text: str) -> str:
     return text if len(text) <= MESSAGE_CAP else text[:MESSAGE_CAP] + " [...]"
+
+
+def report_compilations(progress: "Progress") -> None:
+    """Bracket every Triton compilation with ``compile begin`` / ``compile end`` on the progress
+    pipe, by wrapping ``JITFunction._do_compile`` (Triton 3.6: called on a cache miss of a
+    launch, of an autotuner's benchmark run and of ``warmup``; it compiles, or loads the
+    compiled kernel from the on-disk cache). The parent times the interval itself and leaves
+    it out of the time limit up to the compile budget (grader/sandbox.py WallClock). Nothing
+    is compiled under the CPU interpreter."""
+    import triton.runtime.jit as jit
+
+    original = getattr(jit.JITFunction, "_do_compile", None)
+    if original is None:  # pragma: no cover - another Triton version: compile time counts normally
+        return
+
+    def timed_compile(self, *args, __original=original, **kwargs):
+        progress.write("compile begin")
+        try:
+            return __original(self, *args, **kwargs)
+        finally:
+            progress.write("compile end")
+
+    jit.JITFunction._do_compile = timed_compile
+
+
+def narrow_autotuners_for_interpreter(narrowed: dict) -> None:
+    """Under the CPU interpreter (TRITON_INTERPRET=1), let ``@triton.autotune`` pick its first
+    config instead of timing each one.
+
+    Triton 3.6's Autotuner times configs with the active driver's benchmarker, and the
+    interpreter has no driver ("0 active drivers"), so any autotuner with more than one config
+    raises on every call. Here its ``do_bench`` returns the same time for every config without
+    running it, and ``Autotuner.run`` then takes the first config left after the kernel's own
+    ``prune_configs_by`` (ties keep the first), caches it per key as usual and launches the
+    kernel once with it. ``narrowed`` collects kernel name -> (number of configs, config used)
+    for a note in the result. ``@triton.heuristics`` needs nothing: it computes its values
+    without a driver. On a GPU nothing changes."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return
+    try:
+        from triton.runtime.autotuner import Autotuner
+    except ImportError:  # pragma: no cover - another Triton version
+        return
+
+    def untimed_bench(kernel_call, quantiles=None):
+        return [0.0, 0.0, 0.0]
+
+    Autotuner.do_bench = property(lambda self: untimed_bench)
+    original_run = Autotuner.run
+
+    def run_first_config(self, *args, __original=original_run, **kwargs):
+        result = __original(self, *args, **kwargs)
+        if len(getattr(self, "configs", ())) > 1:
+            name = getattr(getattr(self, "base_fn", None), "__name__", "?")
+            narrowed.setdefault(name, (len(self.configs), str(getattr(self, "best_config", "?"))))
+        return result
+
+    Autotuner.run = run_first_config
+
+
+def autotune_notes(narrowed: dict) -> list:
+    """Notes for the result about autotuners narrowed under the interpreter."""
+    return [
+        f"@triton.autotune kernel {name}: {count} configs; the CPU interpreter cannot time them, so every call "
+        f"used the first one left after pruning ({config}). On a GPU every config is compiled and timed."
+        for name, (count, config) in sorted(narrowed.items())
+    ]
+
+
+def build_tiled_inputs(plan, bases: dict, device: str) -> dict:
+    """Build every ``tiled`` argument of the plan on the device, before the submission is
+    imported (nothing of the submission can have taken the memory yet): a NaN-filled buffer of
+    offset + rows*cols + offset elements whose middle rows repeat the pattern's rows.
+
+    Returns:
+        (pattern base, rows, cols, offset) -> the (rows, cols) view (one tensor per distinct spec).
+
+    Raises:
+        Whatever allocation raises (e.g. torch.OutOfMemoryError); the caller reports it as
+        phase ``inputs`` and the parent skips those checks.
+    """
+    import torch
+
+    built: dict = {}
+    for step in plan.steps:
+        for call in step.calls:
+            for arg in [*call.args, *call.kwargs.values()]:
+                key = tiled_key(arg)
+                if arg.kind != "tiled" or key in built:
+                    continue
+                rows, cols = arg.size
+                pattern = bases[arg.pattern].view(arg.pattern_rows, cols)
+                flat = torch.full((arg.offset + rows * cols + arg.offset,), float("nan"), dtype=pattern.dtype,
+                                  device=device)
+                view = flat[arg.offset:arg.offset + rows * cols].view(rows, cols)
+                whole = rows // arg.pattern_rows * arg.pattern_rows
+                if whole:
+                    view[:whole].view(-1, arg.pattern_rows, cols).copy_(
+                        pattern.unsqueeze(0).expand(whole // arg.pattern_rows, arg.pattern_rows, cols))
+                if rows > whole:
+                    view[whole:].copy_(pattern[:rows - whole])
+                built[key] = view
+    return built
+
+
+def tiled_key(arg) -> tuple:
+    """The key of a tiled argument in build_tiled_inputs' result."""
+    return (getattr(arg, "pattern", None), tuple(getattr(arg, "size", ())), getattr(arg, "offset", 0))
 
 
 def _write_json(path: str, document: object) -> None:
@@ -105,6 +222,8 @@ class Child:
         self.keep_alive: list = []
         self.other_cache: dict = {}
         self.recorder = LaunchRecorder(interpret=os.environ.get("TRITON_INTERPRET") == "1")
+        self.tiled: dict = {}
+        self.narrowed: dict = {}
         self.recordings: list[dict] = []
         self.kernels: dict[str, tuple[dict, bytes]] = {}
         self.function = None
@@ -121,6 +240,8 @@ class Child:
     def import_submission(self) -> bool:
         """Import the module; False (done.json written) when it raised or lacks the function."""
         self.recorder.install()
+        report_compilations(self.progress)
+        narrow_autotuners_for_interpreter(self.narrowed)
         self.progress.write("import")
         sys.path.insert(0, self.workdir)
         try:
@@ -152,6 +273,8 @@ class Child:
     def materialise(self, arg):
         if arg.kind == "scalar":
             return arg.value
+        if arg.kind == "tiled":
+            return self.tiled[tiled_key(arg)]
         view = self.torch.as_strided(self.base_on(arg.base, arg.device), arg.size, arg.stride, arg.offset)
         if arg.requires_grad:
             view = view.detach().requires_grad_(True)
@@ -194,7 +317,8 @@ class Child:
         report["launches"] = self.recorder.count - launches_before
         return report, result, kept
 
-    def describe_output(self, report: dict, result, inputs: list, call_id: str, saved: dict) -> None:
+    def describe_output(self, report: dict, result, inputs: list, call_id: str, saved: dict,
+                        sample_rows: list | None = None) -> None:
         torch = self.torch
         if report["status"] != "ok":
             return
@@ -214,7 +338,7 @@ class Child:
             "requires_grad": bool(plain.requires_grad),
         }
         if plain.device.type != "meta":
-            saved[f"{call_id}:out"] = plain.to("cpu").contiguous().clone()
+            saved.update(_output_to_save(plain, call_id, sample_rows))
 
     def record(self, call, report: dict, result, kept: tuple, args: list, kwargs: dict, saved: dict) -> None:
         """Describe a recorded call; replay it here under the interpreter, keep it for the GPU."""
@@ -264,7 +388,7 @@ class Child:
                 self.synchronize()
             recorded = call.record_launches and round_index == 0
             report, result, kept = self.invoke(call_id, args, kwargs, record=recorded)
-            self.describe_output(report, result, tensors, call_id, saved)
+            self.describe_output(report, result, tensors, call_id, saved, call.sample_rows)
             if recorded and report["status"] == "ok":
                 self.record(call, report, result, kept, args, kwargs, saved)
             if call.save_inputs_after:
@@ -324,10 +448,22 @@ class Child:
                     {"kernels": [record for record, _ in self.kernels.values()], "calls": self.recordings})
 
     # ---- the run -------------------------------------------------------------------------
+    def build_inputs(self) -> bool:
+        """Build the tiled inputs on the device, before the import; False (done.json written,
+        phase ``inputs``) when that fails, e.g. out of device memory."""
+        try:
+            self.tiled = build_tiled_inputs(self.plan, self.bases, self.device)
+            self.synchronize()
+        except BaseException as exc:  # noqa: BLE001 - reported; the parent skips those checks
+            self.tiled = {}
+            _write_json(os.path.join(self.workdir, "done.json"), {"phase": "inputs", "exception": _exception_report(exc)})
+            return False
+        return True
+
     def run(self) -> int:
         from safetensors.torch import save_file
 
-        if not self.import_submission():
+        if not self.build_inputs() or not self.import_submission():
             return 0
         for step_index, step in enumerate(self.plan.steps):
             reports: list = []
@@ -346,9 +482,23 @@ class Child:
                 return 0
         self.record_benchmark_rows()
         self.write_recording()
-        _write_json(os.path.join(self.workdir, "done.json"), {"phase": "done"})
+        _write_json(os.path.join(self.workdir, "done.json"), {"phase": "done", "notes": autotune_notes(self.narrowed)})
         self.progress.write("done")
         return 0
+
+
+def _output_to_save(plain, call_id: str, sample_rows) -> dict:
+    """The output tensor (CPU copy) to send back: whole, or only ``sample_rows`` of it (an
+    output that has no such rows sends nothing, and the parent reports it missing)."""
+    if sample_rows is None:
+        return {f"{call_id}:out": plain.to("cpu").contiguous().clone()}
+    import torch
+
+    try:
+        index = torch.tensor(sample_rows, dtype=torch.long, device=plain.device)
+        return {f"{call_id}:out": plain.index_select(0, index).to("cpu").contiguous().clone()}
+    except Exception:  # noqa: BLE001 - wrong shape or rank: nothing to compare
+        return {}
 
 
 def main(workdir: str, progress_fd: int) -> int:

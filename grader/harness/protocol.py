@@ -64,7 +64,20 @@ class ScalarSpec(_Model):
     value: int | float | bool
 
 
-ArgSpec = Annotated[TensorSpec | ScalarSpec, Field(discriminator="kind")]
+class TiledSpec(_Model):
+    """A large contiguous (rows, cols) tensor the child builds on the grading device: row r
+    holds row r % pattern_rows of the flat base ``pattern`` (pattern_rows x cols values, of the
+    tensor's dtype), and the tensor sits at element ``offset`` of a NaN-filled buffer of
+    offset + rows*cols + offset elements. Built before the submission is imported."""
+
+    kind: Literal["tiled"] = "tiled"
+    pattern: str
+    pattern_rows: int = Field(ge=1)
+    size: list[int]
+    offset: int = 0
+
+
+ArgSpec = Annotated[TensorSpec | ScalarSpec | TiledSpec, Field(discriminator="kind")]
 
 
 class CallSpec(_Model):
@@ -82,6 +95,7 @@ class CallSpec(_Model):
         record_launches: keep a record of every Triton launch of the call, to be replayed on
             ``replay_args`` (the same layouts, other values): under the CPU interpreter the child
             replays it itself; on a GPU a trusted process replays the recorded binaries.
+        sample_rows: send back only these rows of the output (outputs too large to send whole).
     """
 
     id: str
@@ -92,6 +106,7 @@ class CallSpec(_Model):
     record_launches: bool = False
     replay_args: list[ArgSpec] = Field(default_factory=list)
     replay_kwargs: dict[str, ArgSpec] = Field(default_factory=dict)
+    sample_rows: list[int] | None = None
 
 
 class StepSpec(_Model):
@@ -182,12 +197,14 @@ class StepReport(_Model):
 
 
 class DoneReport(_Model):
-    """``done.json``: how the run ended (``done``, or an import, lookup or CUDA failure).
+    """``done.json``: how the run ended (``done``, or an import, lookup or CUDA failure, or
+    ``inputs``: the harness could not build the inputs on the device, before any submission
+    code ran).
 
     The parent believes ``done`` only if the progress pipe also said ``done``.
     """
 
-    phase: Literal["done", "import", "lookup", "fatal"]
+    phase: Literal["done", "import", "lookup", "fatal", "inputs"]
     exception: ExceptionReport | None = None
     missing: Name | None = None
     step: int | None = None
