@@ -281,7 +281,7 @@ def _replay_problem(call: PlannedCall, evidence: CheckEvidence) -> tuple[str | N
     expected, scale = call.replay_expected, call.replay_scale
     if tuple(out.shape) != tuple(expected.shape):
         return f"{call.label}: the replayed output has shape {tuple(out.shape)}, expected {tuple(expected.shape)}", launches
-    comparison = compare(out, expected, scale, call.tolerance)
+    comparison = compare(out, expected, scale, call.tolerance, call.replay_slack)
     if not comparison.passed:
         return (f"{call.label}: replaying its {launches} Triton launch(es) on new inputs did not reproduce the "
                 f"output ({comparison.describe()}).{outside}"), launches
@@ -309,7 +309,7 @@ def evaluate_triton_kernel(check: PlannedCheck, evidence: CheckEvidence, *, reco
             continue
         if tuple(got.out.shape) != tuple(call.expected[0].shape) or (
                 call.out_dtype is not None and got.out.dtype != call.out_dtype) or not compare(
-                got.out, call.expected[0], call.scale[0], call.tolerance).passed:
+                got.out, call.expected[0], call.scale[0], call.tolerance, call.slack_of(0)).passed:
             continue
         checked += 1
         problem, launches = _replay_problem(call, evidence)

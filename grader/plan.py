@@ -147,6 +147,7 @@ class PlannedCall:
         record_launches: the child records the call's Triton launches, which are replayed on
             ``replay_args``/``replay_kwargs`` (other values, the same layouts); the replayed
             output must match ``replay_expected`` within ``tolerance`` (check ``triton_kernel``).
+        replay_slack: the slack of the replay inputs (as ``slack`` is of the call's own).
         sample_rows: the child sends back only these rows of the output (for outputs too large
             to send whole); ``expected``/``scale``/``slack`` then hold those rows only.
         extra: check-specific data (e.g. central-difference points).
@@ -169,6 +170,7 @@ class PlannedCall:
     replay_kwargs: dict[str, ArgSpec] = field(default_factory=dict)
     replay_expected: torch.Tensor | None = None
     replay_scale: torch.Tensor | None = None
+    replay_slack: torch.Tensor | None = None
     sample_rows: list[int] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 

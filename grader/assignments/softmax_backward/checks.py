@@ -11,26 +11,40 @@ import math
 
 import torch
 
-from grader.assignments.softmax_backward.inputs import random_case
-from grader.assignments.softmax_backward.oracle import autograd_vjp_fp64, central_difference_fp64, vjp_fp64
+from grader.assignments.softmax_backward.inputs import exact_case, random_case
+from grader.assignments.softmax_backward.oracle import (
+    autograd_vjp_fp64,
+    central_difference_fp64,
+    product_rounding_slack,
+    vjp_fp64,
+)
 from grader.assignments.softmax_backward.spec import (
     CENTRAL_DIFFERENCE_ATOL,
     CENTRAL_DIFFERENCE_H,
     CHECK_NAMES,
+    HINT_REQUIRES,
     HINTS,
+    LARGE_OFFSET_DTYPE,
+    LARGE_OFFSET_FIRST_ROW_PAST,
+    LARGE_OFFSET_MIN_GPU_BYTES,
+    LARGE_OFFSET_PATTERN_ROWS,
+    LARGE_OFFSET_SAMPLE_ROWS,
+    LARGE_OFFSET_SHAPE,
     LONG_ROW,
-    LONGEST_ROW,
     TOLERANCES,
 )
 from grader.checks import Tolerance, compare
 from grader.contract import CheckOutcome
 from grader.evaluate import (
+    describe_failure,
     evaluate_output_contract,
     evaluate_raises,
     evaluate_triton_kernel,
     evaluate_values,
+    hint_for,
     single_output,
 )
+from grader.harness.protocol import TensorSpec
 from grader.plan import CheckEvidence, Plan, PlannedCall, PlannedCheck, dtype_name
 
 
@@ -44,31 +58,97 @@ def _value_call(plan: Plan, call_id: str, y_values: torch.Tensor, g_values: torc
     """
     y_spec = plan.bank.view(y_values, dtype, y_layout)
     g_spec = plan.bank.view(g_values, dtype, g_layout)
-    oracle, scale = vjp_fp64(plan.bank.values_of(y_spec), plan.bank.values_of(g_spec))
+    y_given, g_given = plan.bank.values_of(y_spec), plan.bank.values_of(g_spec)
+    oracle, scale = vjp_fp64(y_given, g_given)
     rows, cols = y_values.shape
     _, y_replay, g_replay = random_case(plan.generator, rows, cols)
     y_again = plan.bank.relayout(y_spec, y_replay)
     g_again = plan.bank.relayout(g_spec, g_replay)
-    replay_expected, replay_scale = vjp_fp64(plan.bank.values_of(y_again), plan.bank.values_of(g_again))
+    y_replay_given, g_replay_given = plan.bank.values_of(y_again), plan.bank.values_of(g_again)
+    replay_expected, replay_scale = vjp_fp64(y_replay_given, g_replay_given)
     return PlannedCall(
         id=call_id,
         args=[y_spec, g_spec],
         label=label or f"{tuple(y_values.shape)} {dtype_name(dtype)}",
         expected=[oracle if expected is None else expected],
         scale=[scale],
+        slack=[product_rounding_slack(y_given, g_given)],
         tolerance=TOLERANCES[dtype],
         out_dtype=dtype,
         record_launches=True,
         replay_args=[y_again, g_again],
         replay_expected=replay_expected,
         replay_scale=replay_scale,
+        replay_slack=product_rounding_slack(y_replay_given, g_replay_given),
     )
 
 
+def _ulp(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The spacing of ``dtype`` numbers at |values| (fp64), subnormal spacing below the normal range."""
+    info = torch.finfo(dtype)
+    exponent = torch.floor(torch.log2(values.abs().clamp_min(info.smallest_normal)))
+    return torch.exp2(exponent) * info.eps
+
+
+def diagnose_half_precision(got: torch.Tensor, call: PlannedCall, y: torch.Tensor, g: torch.Tensor) -> str:
+    """Name arithmetic in half precision that the output shows, or "".
+
+    For float16/bfloat16 inputs (y, g as given, in their dtype) the error of such arithmetic is
+    an error in dot, the same for a whole row. Fitting that per-row offset (least squares over
+    the row, weights y) and adding y * offset back must leave an output within twice the
+    tolerance; then:
+      * an offset of more than half an ulp of |dot| in that dtype cannot come from rounding dot
+        once: the row sum was accumulated in that dtype;
+      * an output that matches y * (g - round(dot)) computed in that dtype (round(dot): the fp32
+        dot rounded to it) had dot held in that dtype before g - dot;
+      * a smaller offset still more than twice what an fp32 sum can be off by (rtol x
+        sum|y*g|) is an accumulation in that dtype too (partial sums in vector lanes).
+    """
+    dtype = y.dtype
+    if dtype not in (torch.float16, torch.bfloat16) or got.shape != y.shape or got.dim() != 2:
+        return ""
+    name = dtype_name(dtype)
+    expected, scale = vjp_fp64(y, g)
+    slack = product_rounding_slack(y, g)
+    dot32 = (y.float() * g.float()).sum(dim=-1, keepdim=True)
+    y64 = y.double()
+    residual = got.double() - expected
+    weight = (y64 * y64).sum(dim=-1, keepdim=True)
+    offset = -(y64 * residual).sum(dim=-1, keepdim=True) / weight.clamp_min(1e-300)
+    corrected = got.double() + y64 * offset
+    # The output was rounded to the dtype at its own (wrong) size: allow that rounding too, and
+    # twice the tolerance (this names a cause; the verdict was decided before).
+    rounding = slack + call.tolerance.vtol * got.double().abs()
+    explained = bool(torch.isfinite(corrected).all()) and compare(corrected, expected, scale, call.tolerance,
+                                                                   rounding).max_ratio <= 2.0
+    ulps = float((offset.abs() / _ulp(dot32.double(), dtype)).max()) if explained else 0.0
+    fp32_room = call.tolerance.rtol * (y64 * g.double()).abs().sum(dim=-1, keepdim=True)
+    beyond = float((offset.abs() / fp32_room.clamp_min(1e-300)).max()) if explained else 0.0
+    accumulated = (f" The error is an offset in each row's dot (up to {float(offset.abs().max()):.3g}, {ulps:.2g}"
+                   f" ulps of {name} at |dot|), {beyond:.3g} times what an fp32 sum of the products can be off by:"
+                   f" the row sum was accumulated in {name} (a running total or partial sums kept in {name} round"
+                   f" at every addition). Accumulate y*g in fp32.")
+    if explained and ulps > 0.6 and beyond > 2:
+        return accumulated
+    subtraction_in_dtype = y * (g - dot32.to(dtype))
+    if compare(got, subtraction_in_dtype.double(), scale, call.tolerance, slack).passed:
+        return (f" Your output matches y*(g - dot) with dot rounded to {name} before the subtraction: dot was"
+                f" held in {name} (g - dot in half precision, or the row sum accumulated in {name}). Keep dot and"
+                f" g - dot in fp32 and round only the result to {name}.")
+    if explained and beyond > 2:
+        return accumulated
+    return ""
+
+
 def diagnose(got: torch.Tensor, call: PlannedCall, evidence: CheckEvidence) -> str:
-    """Name the common mistake the output matches, if any (a hint, not a verdict)."""
-    y64 = evidence.bank.values_of(call.args[0]).double()
-    g64 = evidence.bank.values_of(call.args[1]).double()
+    """Name the common mistake the output matches, if any (a hint, not a verdict): a wrong
+    formula (sum(g) for sum(y*g), flipped sign, no dot term, wrong axis, all zeros) or
+    half-precision arithmetic (diagnose_half_precision)."""
+    if not all(isinstance(a, TensorSpec) for a in call.args[:2]):
+        return ""
+    y_given = evidence.bank.values_of(call.args[0])
+    g_given = evidence.bank.values_of(call.args[1])
+    y64, g64 = y_given.double(), g_given.double()
     _, scale = vjp_fp64(y64, g64)
     candidates = {
         "y*(g - sum(g)): the reduction must be sum(y*g), not sum(g)": y64 * (g64 - g64.sum(-1, keepdim=True)),
@@ -80,12 +160,13 @@ def diagnose(got: torch.Tensor, call: PlannedCall, evidence: CheckEvidence) -> s
     for description, candidate in candidates.items():
         if got.shape == candidate.shape and compare(got, candidate, scale, call.tolerance).passed:
             return f" Your output matches {description}."
-    return ""
+    return diagnose_half_precision(got, call, y_given, g_given)
 
 
-def _values(name: str, *, with_diagnosis: bool = False):
+def _values(name: str):
     def evaluate(check: PlannedCheck, evidence: CheckEvidence) -> CheckOutcome:
-        return evaluate_values(check, evidence, hint=HINTS[name], diagnose=diagnose if with_diagnosis else None)
+        return evaluate_values(check, evidence, hint=HINTS[name], diagnose=diagnose,
+                               hint_requires=HINT_REQUIRES.get(name, ()))
 
     return evaluate
 
@@ -96,27 +177,34 @@ def _check_example_two_element(plan: Plan) -> PlannedCheck:
     g = torch.tensor([[2.0, -1.0]], dtype=torch.float64)
     expected = torch.tensor([[0.5625, -0.5625]], dtype=torch.float64)
     call = _value_call(plan, "example_two_element/0", y, g, torch.float32, expected=expected, label="y=[0.25,0.75], g=[2,-1]")
-    return PlannedCheck("example_two_element", [call], _values("example_two_element", with_diagnosis=True))
+    return PlannedCheck("example_two_element", [call], _values("example_two_element"))
 
 
 def _check_autograd_fp32(plan: Plan, rows: int) -> PlannedCheck:
-    shapes = [(rows, 128), (3, 1000), (rows + 1, 1025), (2, 4096), (rows, 3071)]
+    shapes = [(rows, 300), (3, 1000), (rows + 1, 1025), (2, 4096), (rows, 4097)]
     calls = []
     for index, (m, n) in enumerate(shapes):
         x, y, g = random_case(plan.generator, m, n)
         call = _value_call(plan, f"autograd_fp32/{index}", y, g, torch.float32, label=f"({m}, {n}) fp32")
         call.expected = [autograd_vjp_fp64(x, g)]  # autograd at the logits, not the formula
         calls.append(call)
-    return PlannedCheck("autograd_fp32", calls, _values("autograd_fp32", with_diagnosis=True))
+    return PlannedCheck("autograd_fp32", calls, _values("autograd_fp32"))
 
 
 def _check_half_precision(plan: Plan, rows: int) -> PlannedCheck:
+    """Random rows, and rows whose products and fp32 sums are exact (inputs.exact_case), in
+    float16 and bfloat16. On the exact rows any allowed arithmetic is exact up to the final
+    rounding, so a dot accumulated in half precision or g - dot in half precision shows."""
     calls = []
     for dtype in (torch.float16, torch.bfloat16):
+        name = dtype_name(dtype)
         for m, n in [(rows, 1000), (3, 4097), (4, LONG_ROW)]:
             _, y, g = random_case(plan.generator, m, n)
-            name = dtype_name(dtype)
             calls.append(_value_call(plan, f"half_precision/{name}/{m}x{n}", y, g, dtype, label=f"({m}, {n}) {name}"))
+        for m, n in [(rows, 4096), (2, LONG_ROW)]:
+            y, g = exact_case(plan.generator, m, n)
+            calls.append(_value_call(plan, f"half_precision/{name}/exact/{m}x{n}", y, g, dtype,
+                                     label=f"({m}, {n}) {name}, exactly representable products"))
     return PlannedCheck("half_precision", calls, _values("half_precision"))
 
 
@@ -165,7 +253,7 @@ def _check_central_difference(plan: Plan) -> PlannedCheck:
 
 def _check_row_sum_invariant(plan: Plan, rows: int) -> PlannedCheck:
     calls = []
-    for index, (m, n) in enumerate([(rows, 513), (3, 8192)]):
+    for index, (m, n) in enumerate([(rows, 1025), (3, 4096)]):
         _, y, g = random_case(plan.generator, m, n)
         calls.append(_value_call(plan, f"row_sum_invariant/{index}", y, g, torch.float32, label=f"({m}, {n}) fp32"))
 
@@ -188,7 +276,8 @@ def _check_row_sum_invariant(plan: Plan, rows: int) -> PlannedCheck:
                 return CheckOutcome(
                     name=check.name, passed=False, max_err_over_tolerance=worst,
                     message=f"{call.label}: row {row} of dx sums to {float(row_sums[row]):.6g}, expected "
-                            f"{float(expected[row]):.3g} (allowed {float(allowed[row]):.3g}). Hint: {HINTS[check.name]}",
+                            f"{float(expected[row]):.3g} (allowed {float(allowed[row]):.3g})."
+                            + hint_for(evidence, HINTS[check.name], HINT_REQUIRES[check.name]),
                 )
         return CheckOutcome(name=check.name, passed=True, max_err_over_tolerance=worst,
                             message=f"every row sums to ~0 (worst {worst:.2g} of tolerance)")
@@ -200,8 +289,8 @@ def _check_strided_inputs(plan: Plan, rows: int) -> PlannedCheck:
     cases = [
         ("transposed", "step", torch.float32, (rows, 300)),
         ("step", "transposed_step", torch.float32, (3, 1000)),
-        ("transposed_step", "transposed", torch.float32, (rows + 1, 129)),
-        ("transposed", "step", torch.float16, (rows, 257)),
+        ("transposed_step", "transposed", torch.float32, (rows + 1, 37)),
+        ("transposed", "step", torch.float16, (rows, 300)),
     ]
     calls = []
     for index, (y_layout, g_layout, dtype, (m, n)) in enumerate(cases):
@@ -213,11 +302,22 @@ def _check_strided_inputs(plan: Plan, rows: int) -> PlannedCheck:
     return PlannedCheck("strided_inputs", calls, _values("strided_inputs"))
 
 
-def _check_output_contract(plan: Plan) -> PlannedCheck:
+def _check_output_contract(plan: Plan, rows: int) -> PlannedCheck:
+    """Contiguous, transposed and strided inputs: the output must be a fresh contiguous tensor
+    whatever the inputs' layout (torch.empty_like(y) keeps a transposed y's strides)."""
+    cases = [
+        ("contiguous", "contiguous", torch.float32, (5, 300)),
+        ("contiguous", "contiguous", torch.float16, (3, 300)),
+        ("transposed", "transposed", torch.float32, (rows, 300)),
+        ("step", "transposed_step", torch.float16, (3, 1000)),
+    ]
     calls = []
-    for index, (dtype, (m, n)) in enumerate([(torch.float32, (5, 300)), (torch.float16, (3, 257))]):
+    for index, (y_layout, g_layout, dtype, (m, n)) in enumerate(cases):
         _, y, g = random_case(plan.generator, m, n)
-        call = _value_call(plan, f"output_contract/{index}", y, g, dtype)
+        label = f"({m}, {n}) {dtype_name(dtype)}" + ("" if y_layout == g_layout == "contiguous"
+                                                       else f", y {y_layout}, g {g_layout}")
+        call = _value_call(plan, f"output_contract/{index}", y, g, dtype, y_layout=y_layout, g_layout=g_layout,
+                           label=label)
         call.save_inputs_after = True
         calls.append(call)
 
@@ -269,7 +369,7 @@ def _check_rejects_requires_grad(plan: Plan) -> PlannedCheck:
 
 
 def _check_edge_shapes(plan: Plan) -> PlannedCheck:
-    shapes = [(1, 1), (1, 1000), (7, 1), (3, 3), (2, 4097), (2, LONG_ROW), (1, LONGEST_ROW + 3)]
+    shapes = [(1, 1), (1, 1000), (7, 1), (3, 3), (2, 4097), (2, LONG_ROW)]
     calls = []
     for index, (m, n) in enumerate(shapes):
         _, y, g = random_case(plan.generator, m, n)
@@ -278,7 +378,7 @@ def _check_edge_shapes(plan: Plan) -> PlannedCheck:
 
 
 def _check_fresh_results(plan: Plan) -> PlannedCheck:
-    m, n = 4, 512
+    m, n = 4, 1000
     _, y, g = random_case(plan.generator, m, n)
     call = _value_call(plan, "fresh_results/0", y, g, torch.float32, label=f"({m}, {n}) fp32, same buffers refilled")
     for _ in range(2):
@@ -289,6 +389,7 @@ def _check_fresh_results(plan: Plan) -> PlannedCheck:
         oracle, scale = vjp_fp64(y_new.to(torch.float32), g_new.to(torch.float32))
         call.expected.append(oracle)
         call.scale.append(scale)
+        call.slack.append(product_rounding_slack(y_new.to(torch.float32), g_new.to(torch.float32)))
     return PlannedCheck("fresh_results", [call], _values("fresh_results"))
 
 
@@ -300,13 +401,90 @@ def _check_triton_kernel(plan: Plan) -> PlannedCheck:
     return PlannedCheck("triton_kernel", [], evaluate)
 
 
+def _large_offsets_skip_reason(device: str) -> str | None:
+    """Why large_offsets cannot run here, or None."""
+    rows, cols = LARGE_OFFSET_SHAPE
+    need = f"{rows} x {cols} {dtype_name(LARGE_OFFSET_DTYPE)} tensors (4.3 GB each)"
+    if device != "cuda":
+        return (f"not run: GPU only. It needs {need}, rows that start past 2^31 elements; the CPU interpreter "
+                f"cannot run that in reasonable time. An int32 offset overflow is only caught on a GPU")
+    total = torch.cuda.get_device_properties(0).total_memory
+    if total < LARGE_OFFSET_MIN_GPU_BYTES:
+        return (f"not run: this GPU has {total / 2**30:.1f} GiB; the check needs {need} and room for your "
+                f"buffers, {LARGE_OFFSET_MIN_GPU_BYTES / 2**30:.1f} GiB in all")
+    return None
+
+
+def _check_large_offsets(plan: Plan) -> PlannedCheck:
+    """y and g of LARGE_OFFSET_SHAPE (fp16, 2^31 + 294912 elements each), tiled from a few
+    random rows in the child; the parent compares the output rows LARGE_OFFSET_SAMPLE_ROWS
+    (around row 65536, the first that starts past 2^31 elements). Runs in a process of its own,
+    after every other check: an int32 offset overflow usually ends in an illegal address, which
+    kills the CUDA context."""
+    rows, cols = LARGE_OFFSET_SHAPE
+    skip = _large_offsets_skip_reason(plan.device)
+    check = PlannedCheck("large_offsets", [], _evaluate_large_offsets, isolated=True, skip_reason=skip)
+    if skip is not None:
+        return check
+    _, y, g = random_case(plan.generator, LARGE_OFFSET_PATTERN_ROWS, cols)
+    y_spec = plan.bank.tiled(y, LARGE_OFFSET_DTYPE, rows)
+    g_spec = plan.bank.tiled(g, LARGE_OFFSET_DTYPE, rows)
+    sample = list(LARGE_OFFSET_SAMPLE_ROWS)
+    y_rows = torch.stack([plan.bank.pattern_row(y_spec, r) for r in sample])
+    g_rows = torch.stack([plan.bank.pattern_row(g_spec, r) for r in sample])
+    expected, scale = vjp_fp64(y_rows, g_rows)
+    check.calls = [PlannedCall(
+        id="large_offsets/0", args=[y_spec, g_spec], label=f"({rows}, {cols}) {dtype_name(LARGE_OFFSET_DTYPE)}",
+        expected=[expected], scale=[scale], slack=[product_rounding_slack(y_rows, g_rows)],
+        tolerance=TOLERANCES[LARGE_OFFSET_DTYPE], out_dtype=LARGE_OFFSET_DTYPE, sample_rows=sample,
+    )]
+    return check
+
+
+def _evaluate_large_offsets(check: PlannedCheck, evidence: CheckEvidence) -> CheckOutcome:
+    """The sampled rows must match; rows past 2^31 elements wrong while the rows before are
+    right (or a crash) is named as an int32 offset overflow."""
+    call = check.calls[0]
+    hint = hint_for(evidence, HINTS[check.name], HINT_REQUIRES[check.name])
+    problem = describe_failure(evidence, call, call.id)
+    if problem is not None:
+        return CheckOutcome(name=check.name, passed=False, message=f"{problem}.{hint}")
+    out = evidence.calls[call.id].out
+    expected = call.expected[0]
+    if out is None or tuple(out.shape) != tuple(expected.shape):
+        return CheckOutcome(name=check.name, passed=False,
+                            message=f"{call.label}: no output rows of shape {tuple(expected.shape)} came back.{hint}")
+    sample = call.sample_rows or []
+    bad_rows = []
+    worst = 0.0
+    for index, row in enumerate(sample):
+        result = compare(out[index:index + 1], expected[index:index + 1], call.scale[0][index:index + 1],
+                         call.tolerance, call.slack[0][index:index + 1])
+        worst = max(worst, result.max_ratio) if not math.isnan(result.max_ratio) else math.inf
+        if not result.passed:
+            bad_rows.append((row, result))
+    if not bad_rows:
+        return CheckOutcome(name=check.name, passed=True, cases=len(sample), max_err_over_tolerance=worst,
+                            message=f"{call.label}: rows {sample} right, including those past 2^31 elements")
+    first_row, first = bad_rows[0]
+    past = [row for row, _ in bad_rows]
+    if all(row >= LARGE_OFFSET_FIRST_ROW_PAST for row in past):
+        finding = (f" Rows {past} start past 2^31 elements and are wrong; every sampled row before them is right:"
+                   f" an int32 offset overflow.")
+    else:
+        finding = ""
+    return CheckOutcome(name=check.name, passed=False, cases=len(sample), max_err_over_tolerance=worst,
+                        message=f"{call.label}, row {first_row}: {first.describe()}.{finding}{hint}")
+
+
 def build_plan(*, seed: int, device: str) -> Plan:
     """Every check's inputs and oracles for one grading run.
 
     Args:
         seed: seeds the one torch.Generator all inputs come from (the service mixes a secret
             deployment seed with the submission id; ``grader check`` defaults to 0).
-        device: ``"cpu"`` (Triton interpreter: few rows per case) or ``"cuda"`` (more rows).
+        device: ``"cpu"`` (Triton interpreter: few rows per case; GPU-only checks skipped) or
+            ``"cuda"`` (more rows, and large_offsets where the GPU has the memory).
 
     Returns:
         Plan whose checks appear in CHECK_NAMES order.
@@ -320,12 +498,13 @@ def build_plan(*, seed: int, device: str) -> Plan:
         _check_central_difference(plan),
         _check_row_sum_invariant(plan, rows),
         _check_strided_inputs(plan, rows),
-        _check_output_contract(plan),
+        _check_output_contract(plan, rows),
         _check_rejects_mismatch(plan),
         _check_rejects_requires_grad(plan),
         _check_edge_shapes(plan),
         _check_fresh_results(plan),
         _check_triton_kernel(plan),
+        _check_large_offsets(plan),
     ]
     if tuple(c.name for c in plan.checks) != CHECK_NAMES:
         raise RuntimeError("softmax_backward: the plan's checks are out of step with CHECK_NAMES")

@@ -29,6 +29,30 @@ def vjp_fp64(y: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     return dx, scale
 
 
+def product_rounding_slack(y: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """The error that rounding each product y*g to the input dtype can add to dx, exactly.
+
+    The assignment allows the products to be formed in the input dtype before an fp32 sum
+    (PyTorch's own CUDA softmax backward does: p = y*g rounded to float16/bfloat16, then
+    dx = p - y * sum(p) in fp32, docs/checks.md). With dp = round(y*g) - y*g (round to nearest
+    even, computed here from the inputs as given), that arithmetic differs from the exact VJP by
+    dp[j] - y[j] * sum_k dp[k] at most, so the bound is
+
+        slack[r, j] = |dp[r, j]| + |y[r, j]| * |sum_k dp[r, k]|
+
+    Args:
+        y, g: (M, N) of one dtype (float32, float16 or bfloat16); the rounding is to that dtype.
+
+    Returns:
+        float64 (M, N), >= 0, on the inputs' device; ~1e-8 of |y*g| for float32 inputs.
+    """
+    dtype = y.dtype if y.dtype in (torch.float32, torch.float16, torch.bfloat16) else torch.float32
+    y64 = y.detach().to(torch.float64)
+    exact = y64 * g.detach().to(torch.float64)
+    rounding = exact.to(dtype).to(torch.float64) - exact
+    return rounding.abs() + y64.abs() * rounding.sum(dim=-1, keepdim=True).abs()
+
+
 def autograd_vjp_fp64(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     """dL/dx of L = sum(softmax(x, -1) * g) by PyTorch autograd in float64; x, g (M, N)."""
     x64 = x.detach().to(torch.float64).requires_grad_(True)
