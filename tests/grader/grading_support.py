@@ -9,6 +9,7 @@ Imported by tests/grader/conftest.py (the session fixture ``gradings``) and the 
 from __future__ import annotations
 
 import ast
+import json
 import re
 import shutil
 import threading
@@ -48,10 +49,19 @@ def _locked_ast_parse(*args, **kwargs):
         return _UNLOCKED_AST_PARSE(*args, **kwargs)
 
 
+def strict_json(text: str):
+    """``json.loads`` that refuses the non-JSON constants NaN, Infinity and -Infinity."""
+    def refuse(constant: str):
+        raise ValueError(f"not JSON: bare {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
 def grade_document(path: Path, *, seed: int, grader_settings: GraderSettings, assignment: str) -> dict:
-    """``grade_file`` on the CPU interpreter, as the JSON object the worker stores."""
+    """``grade_file`` on the CPU interpreter, as the JSON object the worker stores (parsed from
+    the document's strict JSON, so non-finite numbers arrive as the strings "Infinity"/"NaN")."""
     document = grade_file(Path(path), assignment=assignment, device="cpu", seed=seed, settings=grader_settings)
-    return document.model_dump(mode="json", by_alias=True)
+    return strict_json(document.to_json())
 
 
 class Gradings:

@@ -4,6 +4,7 @@ taught us (docs/gpu-e2e.md, "What behaved differently on the GPU") stays fixed o
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -58,12 +59,108 @@ def test_signal_death_reported_as_crash(tmp_path):
     assert error.kind == "crash" and "SIGSEGV" in error.message
 
 
-def test_timeout_in_a_call_explains_compile_time_of_whole_row_blocks(tmp_path):
-    # On the GPU a kernel with one 262144-element block per row compiled past the time limit.
-    outcome = _outcome(returncode=-9, timed_out=True, progress=_Progress("import", "call edge_shapes/6"))
-    error = evidence.child_error(outcome, tmp_path, GraderSettings(child_timeout_s=60))
+def test_cpu_timeout_text_speaks_of_the_interpreter_not_of_gpu_compilation(tmp_path):
+    outcome = _outcome(returncode=-9, timed_out=True, progress=_Progress("import", "call edge_shapes/5"))
+    error = evidence.child_error(outcome, tmp_path, GraderSettings(child_timeout_s=60), device="cpu")
     assert error.kind == "timeout"
-    assert "edge_shapes/6" in error.message and "loop over long rows in chunks" in error.message
+    assert "edge_shapes/5" in error.message and "CPU interpreter" in error.message, error.message
+    assert "compil" not in error.message and "GPU" not in error.message, error.message
+
+
+def test_gpu_timeout_text_reports_the_compile_time_that_was_not_counted(tmp_path):
+    outcome = _outcome(returncode=-9, timed_out=True, progress=_Progress("import", "call half_precision/3"),
+                       compile_s=42.0, compile_excluded_s=42.0)
+    error = evidence.child_error(outcome, tmp_path, GraderSettings(child_timeout_s=60, compile_budget_s=300),
+                                 device="cuda")
+    assert "42 s of Triton compilation were not counted (compile budget 300 s)" in error.message, error.message
+    assert "CPU interpreter" not in error.message
+    assert error.details == {"compile_s": 42.0}
+
+
+def test_gpu_timeout_past_the_compile_budget_says_why(tmp_path):
+    # On the GPU a kernel with one 262144-element block per row compiled for 125 s.
+    outcome = _outcome(returncode=-9, timed_out=True, progress=_Progress("import", "call edge_shapes/5"),
+                       compile_s=310.0, compile_excluded_s=300.0, compile_budget_exhausted=True)
+    error = evidence.child_error(outcome, tmp_path, GraderSettings(child_timeout_s=60, compile_budget_s=300),
+                                 device="cuda")
+    assert "past the compile budget of 300 s" in error.message and "loop over long rows in chunks" in error.message
+
+
+# ---- the compile budget: the parent's clock, the child's progress lines ------------------------
+class _FakeProgress:
+    def __init__(self, compiled: float) -> None:
+        self.compiled = compiled
+
+    def compile_seconds(self, now=None) -> float:
+        return self.compiled
+
+
+def test_wall_clock_leaves_out_compile_time_up_to_the_budget():
+    clock = sandbox.WallClock(limit_s=10.0, compile_budget_s=30.0, progress=_FakeProgress(12.0))
+    now = clock.started + 15.0
+    assert clock.remaining_s(now) == pytest.approx(10.0 + 12.0 - 15.0)
+    assert not clock.budget_exhausted(now)
+    greedy = sandbox.WallClock(limit_s=10.0, compile_budget_s=30.0, progress=_FakeProgress(1e9))
+    assert greedy.remaining_s(greedy.started + 40.0) == pytest.approx(0.0)  # hard cap: limit + budget
+    assert greedy.budget_exhausted(greedy.started + 40.0)
+    plain = sandbox.WallClock(limit_s=10.0, compile_budget_s=30.0, progress=None)
+    assert plain.remaining_s(plain.started + 11.0) == pytest.approx(-1.0)  # no pipe: compile time counts
+
+
+def test_progress_lines_time_compilation_by_the_parents_clock(tmp_path):
+    read, write = os.pipe()
+    lines = sandbox.ProgressLines(read)
+    lines.start()
+    os.write(write, b"import\ncall a/0\ncompile begin\n")
+    time.sleep(0.5)
+    assert lines.compiling and lines.compile_seconds() >= 0.4
+    os.write(write, b"compile begin\ncompile end\n")  # nested: still compiling
+    time.sleep(0.05)
+    assert lines.compiling
+    os.write(write, b"compile end\ncall a/1\n")
+    os.close(write)
+    lines.join(timeout=5)
+    assert not lines.compiling and 0.4 <= lines.compile_seconds() < 5
+    assert lines.first == "import" and lines.last == "call a/1"  # compile lines never become "last"
+
+
+_FAKE_HARNESS = """
+import os, sys, time
+fd = int(sys.argv[-1])
+os.write(fd, b"import\\n")
+mode = sys.argv[1]
+if mode == "compile_then_work":
+    os.write(fd, b"compile begin\\n"); time.sleep(4); os.write(fd, b"compile end\\n"); time.sleep(0.5)
+elif mode == "compile_forever":
+    os.write(fd, b"compile begin\\n"); time.sleep(60)
+else:
+    time.sleep(60)
+os.write(fd, b"done\\n")
+"""
+
+
+@requires_bwrap
+@pytest.mark.parametrize("mode, timed_out, low, high", [
+    ("compile_then_work", False, 4.0, 8.0),  # 4 s of "compiling" under a 3 s limit: finishes
+    ("compile_forever", True, 3.0 + 4.0, 3.0 + 4.0 + 4.0),  # stopped at limit + budget
+    ("work_forever", True, 3.0, 3.0 + 4.0),  # no compile claimed: stopped at the limit
+])
+def test_compile_budget_in_a_real_sandboxed_child(mode, timed_out, low, high, tmp_path):
+    harness_dir = tmp_path / "harness"
+    harness_dir.mkdir()
+    (harness_dir / "fake_child.py").write_text(_FAKE_HARNESS)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    outcome = sandbox.run_sandboxed(harness=harness_dir / "fake_child.py", workdir=workdir, device="cpu",
+                                    settings=GraderSettings(sandbox="bwrap", child_timeout_s=3.0), args=[mode],
+                                    progress=True, compile_budget_s=4.0)
+    assert outcome.timed_out is timed_out, outcome
+    assert low <= outcome.duration_s <= high, outcome.duration_s
+    if mode == "compile_then_work":
+        assert outcome.progress.done and 3.5 <= outcome.compile_s <= 6 and outcome.compile_excluded_s <= 4.0
+    if mode == "compile_forever":
+        assert outcome.compile_budget_exhausted and outcome.compile_excluded_s == pytest.approx(4.0)
+    assert outcome.limits["compile_budget_s"] == 4.0
 
 
 def test_driver_symlinks_are_recreated_not_bound(tmp_path, monkeypatch):
