@@ -1,0 +1,110 @@
+"""The large_offsets machinery on the CPU interpreter, at a small size.
+
+large_offsets runs only on a GPU ((65545, 32768) float16 tensors). Its parts do not depend on
+the size: inputs tiled from a few pattern rows and built in the child before the submission is
+imported, only sampled output rows sent back, and a child process of its own that runs after
+every other check, so that a crash there keeps every earlier verdict. Here the check is made
+small ((70, 64), sampled rows around row 64, which plays the part of the first row past 2^31
+elements) and run on the CPU interpreter through the real runner and sandbox.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from grading_support import REFERENCE, requires_bwrap, settings, strict_json, summary
+
+import grader.assignments.softmax_backward.checks as checks
+from grader.runner import grade_file
+
+pytestmark = requires_bwrap
+
+SMALL_SHAPE = (70, 64)
+SMALL_SAMPLE_ROWS = (0, 1, 62, 63, 64, 65, 69)
+
+CRASH_ON_LARGE = '''
+import os, signal
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _bwd(y_ptr, g_ptr, dx_ptr, N, sym, syn, sgm, sgn, sdm, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    m = cols < N
+    y = tl.load(y_ptr + row * sym + cols * syn, mask=m, other=0.0).to(tl.float32)
+    g = tl.load(g_ptr + row * sgm + cols * sgn, mask=m, other=0.0).to(tl.float32)
+    dot = tl.sum(y * g, axis=0)
+    tl.store(dx_ptr + row * sdm + cols, (y * (g - dot)).to(dx_ptr.dtype.element_ty), mask=m)
+
+
+def softmax_backward(y, g):
+    if y.shape != g.shape:
+        raise ValueError("shape")
+    if y.dtype != g.dtype:
+        raise TypeError("dtype")
+    if y.device != g.device:
+        raise ValueError("device")
+    if y.requires_grad or g.requires_grad:
+        raise ValueError("grad")
+    if tuple(y.shape) == (70, 64):
+        {action}
+    m, n = y.shape
+    dx = torch.empty((m, n), dtype=y.dtype, device=y.device)
+    _bwd[(m,)](y, g, dx, n, y.stride(0), y.stride(1), g.stride(0), g.stride(1), dx.stride(0),
+               BLOCK=triton.next_power_of_2(n))
+    {after}
+    return dx
+'''
+
+
+@pytest.fixture()
+def small_large_offsets(monkeypatch):
+    """large_offsets at (70, 64) on the CPU, row 64 standing for the first row past 2^31."""
+    monkeypatch.setattr(checks, "LARGE_OFFSET_SHAPE", SMALL_SHAPE)
+    monkeypatch.setattr(checks, "LARGE_OFFSET_SAMPLE_ROWS", SMALL_SAMPLE_ROWS)
+    monkeypatch.setattr(checks, "LARGE_OFFSET_FIRST_ROW_PAST", 64)
+    monkeypatch.setattr(checks, "_large_offsets_skip_reason", lambda device: None)
+
+
+def _grade(path: Path) -> dict:
+    document = grade_file(path, assignment="softmax_backward", device="cpu", seed=0, settings=settings())
+    return strict_json(document.to_json())
+
+
+def _check(document: dict, name: str) -> dict:
+    return next(c for c in document["checks"] if c["name"] == name)
+
+
+def test_reference_passes_the_tiled_isolated_check(small_large_offsets):
+    document = _grade(REFERENCE)
+    large = _check(document, "large_offsets")
+    assert document["verdict"] == "passed", summary(document)
+    assert large["passed"] and large["cases"] == len(SMALL_SAMPLE_ROWS), large
+    assert "isolated_child" in document["timings_s"], document["timings_s"]
+
+
+def test_a_crash_in_the_isolated_check_keeps_every_earlier_verdict(small_large_offsets, tmp_path):
+    path = tmp_path / "softmax_backward.py"
+    path.write_text(CRASH_ON_LARGE.format(action="os.kill(os.getpid(), signal.SIGSEGV)", after=""))
+    document = _grade(path)
+    assert document["verdict"] == "failed" and document["error"] is None, summary(document)
+    large = _check(document, "large_offsets")
+    assert not large["passed"] and not large["skipped"], large
+    assert "the process ended: crash" in large["message"] and "SIGSEGV" in large["message"], large["message"]
+    assert "Hint: compute offsets in int64" in large["message"], large["message"]
+    earlier = [c for c in document["checks"] if c["name"] != "large_offsets"]
+    assert all(c["passed"] for c in earlier), summary(document)
+
+
+def test_wrong_rows_past_the_boundary_are_named(small_large_offsets, tmp_path):
+    path = tmp_path / "softmax_backward.py"
+    path.write_text(CRASH_ON_LARGE.format(action="pass", after="dx[64:] = 0 if m == 70 else dx[64:]"))
+    document = _grade(path)
+    large = _check(document, "large_offsets")
+    assert document["verdict"] == "failed" and not large["passed"], summary(document)
+    assert "Rows [64, 65, 69] start past 2^31 elements and are wrong" in large["message"], large["message"]
+    assert "int32 offset overflow" in large["message"], large["message"]
