@@ -39,10 +39,11 @@ fi
 echo "sandbox: $SANDBOX_NOTE" | tee "$OUTDIR/sandbox.txt"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv >"$OUTDIR/nvidia_smi.csv" 2>&1 || true
 
-"$PYTHON" scripts/gpu_styles.py --out "$OUTDIR" --jobs "${JOBS:-3}"
+# Both steps are bounded so the whole call stays under the device tool's 600 s per command.
+timeout 440 "$PYTHON" scripts/gpu_styles.py --out "$OUTDIR" --jobs "${JOBS:-4}" --timeout-s 420
 STYLES=$?
-"$PYTHON" -m pytest tests/grader/test_gpu.py -m gpu -q -p no:cacheprovider --junitxml "$OUTDIR/pytest_gpu.xml" \
-    >"$OUTDIR/pytest_gpu.txt" 2>&1
+timeout 140 "$PYTHON" -m pytest tests/grader/test_gpu.py -m gpu -q -p no:cacheprovider \
+    --junitxml "$OUTDIR/pytest_gpu.xml" >"$OUTDIR/pytest_gpu.txt" 2>&1
 TESTS=$?
 tail -5 "$OUTDIR/pytest_gpu.txt"
 echo "gpu_styles.py exit $STYLES, pytest -m gpu exit $TESTS" | tee -a "$OUTDIR/sandbox.txt"

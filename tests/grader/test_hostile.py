@@ -366,6 +366,11 @@ def test_stdout_flood_is_cut_and_capped(hostile):
     log = document["log"]
     assert log["truncated"] and log["total_bytes"] > settings().output_kill_bytes, log["total_bytes"]
     assert log["total_bytes"] < 200 * 10**6, "the child must be killed long before it printed everything"
+    # The real number of bytes not kept, in the field and in the marker line of the text.
+    marker = re.search(r"\[\.\.\. (\d+) bytes of output dropped \.\.\.\]", log["text"])
+    assert marker and int(marker.group(1)) == log["omitted_bytes"], log["text"][:200]
+    kept = len(log["text"].encode()) - len(marker.group(0)) - 2  # the marker sits on its own line
+    assert log["omitted_bytes"] == log["total_bytes"] - kept > log["total_bytes"] - settings().log_cap_bytes - 1
     assert "printed more than" in (document["error"] or {}).get("message", ""), summary(document)
 
 
