@@ -131,11 +131,20 @@ def _evaluate_checks(plan: Plan, evidence: CheckEvidence, finished: set[str], ru
     return outcomes
 
 
-def _verdict(outcomes: list[CheckOutcome], error: GradingError | None, expected_checks: int) -> Verdict:
-    """``failed`` when a check failed (even if the run then ended with an error, which the
-    document reports beside the failures); else ``error`` when the run ended early; else
-    ``passed`` when every check passed or was skipped and at least one passed."""
-    if any(not o.passed and not o.skipped for o in outcomes):
+#: Errors that end the run at a known call, after which nothing ran: checks that failed before
+#: such an error are real failures, so the verdict stays ``failed`` (the error beside them).
+#: Not resource_limit: a fork bomb's refused forks make the calls after it fail too.
+RUN_ENDING_ERRORS = (ErrorKind.TIMEOUT, ErrorKind.CRASH, ErrorKind.EXITED)
+
+
+def _verdict(outcomes: list[CheckOutcome], error: GradingError | None, expected_checks: int, *,
+             failures_before_error: bool = False) -> Verdict:
+    """``failed`` when a check failed, also when the run then ended with an error if
+    ``failures_before_error`` (the error is reported beside the failures); else ``error`` when
+    the run ended early; else ``passed`` when every check passed or was skipped and at least
+    one passed."""
+    failed = any(not o.passed and not o.skipped for o in outcomes)
+    if failed and (error is None or failures_before_error):
         return Verdict.FAILED
     if error is not None:
         return Verdict.ERROR
@@ -261,7 +270,12 @@ def _run_checks(assignment: Assignment, source: str, *, device: str, seed: int, 
     timings["child"] = outcome.duration_s
     timings["compile"] = outcome.compile_s
     evidence_calls, finished = read_evidence(plan.steps(isolated=False), workdir)
-    error = child_error(outcome, workdir, settings, device=device) or call_level_error(evidence_calls)
+    process_error = child_error(outcome, workdir, settings, device=device)
+    error = process_error or call_level_error(evidence_calls)
+    # The run ended at a call (not at the import, and not a limit that broke the calls after it):
+    # checks that failed before are failures of the submission, whatever happened next.
+    failures_before_error = (process_error is not None and process_error.kind in RUN_ENDING_ERRORS
+                             and outcome.progress is not None and outcome.progress.calls_started > 0)
     durations = [e.report.duration_s for e in evidence_calls.values() if e.report]
     # Time inside the submission's calls (Triton JIT compilation of each new specialisation
     # included); the rest of the child's time is Python, torch and input start-up.
@@ -287,7 +301,7 @@ def _run_checks(assignment: Assignment, source: str, *, device: str, seed: int, 
         timings["replay"] = time.monotonic() - replay_started
         outcomes = _evaluate_checks(plan, evidence, finished, error, previous=outcomes)
     run.fields = {
-        "verdict": _verdict(outcomes, error, len(plan.checks)),
+        "verdict": _verdict(outcomes, error, len(plan.checks), failures_before_error=failures_before_error),
         "error": error,
         "checks": outcomes,
         "log": CapturedLog(**outcome.log.as_json()),

@@ -157,7 +157,8 @@ class ProgressLines(threading.Thread):
     and how long the child spent compiling.
 
     The harness writes ``import`` before any submission code runs, so ``first == "import"``
-    proves that the harness started; the submission can append lines but not remove them.
+    proves that the harness started, and ``call <id>`` before each call (``calls_started``
+    counts them); the submission can append lines but not remove them.
     ``compile begin`` / ``compile end`` lines (written by the harness around each Triton
     compilation) are timed here, by this process's clock when they arrive: nothing the child
     says about durations is believed, and ``last`` ignores them (it names the last call).
@@ -171,6 +172,7 @@ class ProgressLines(threading.Thread):
         self.first: str | None = None
         self.last: str | None = None
         self.done = False
+        self.calls_started = 0
         self._lock = threading.Lock()
         self._compile_closed_s = 0.0
         self._compiling_since: float | None = None
@@ -227,6 +229,8 @@ class ProgressLines(threading.Thread):
                         self._compile_event(line, now)
                         continue
                     self.last = line
+                    if line.startswith("call "):
+                        self.calls_started += 1
                     if line == "done":
                         self.done = True
         # The pipe closed (the child exited or was killed) inside a compilation: it ended now.

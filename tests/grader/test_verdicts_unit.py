@@ -38,7 +38,10 @@ def _outcome(name: str, passed: bool, skipped: bool = False) -> CheckOutcome:
 # ---- the verdict when a run ends early ---------------------------------------------------------
 def test_failures_before_an_error_make_the_verdict_failed():
     outcomes = [_outcome("a", True), _outcome("b", False), _outcome("c", False, skipped=True)]
-    assert runner._verdict(outcomes, TIMEOUT, 3) is Verdict.FAILED
+    assert runner._verdict(outcomes, TIMEOUT, 3, failures_before_error=True) is Verdict.FAILED
+    # A run that ended at the import, or hit a resource limit that broke the calls after it:
+    # what "failed" there is not evidence of the submission's arithmetic.
+    assert runner._verdict(outcomes, TIMEOUT, 3, failures_before_error=False) is Verdict.ERROR
     document = ResultDocument(assignment="x", verdict=Verdict.FAILED, error=TIMEOUT, checks=outcomes)
     assert document.exit_code == 1  # failed, with the timeout beside the failures
 
