@@ -37,22 +37,25 @@ ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "corpus" / "softmax_backward"
 REFERENCE = ROOT / "grader" / "assignments" / "softmax_backward" / "reference.py"
 
-#: label -> (file, expected verdict, exactly these checks fail (None: every check passes))
+#: label -> (file, expected verdict, checks that must fail, checks that may fail too). The
+#: half-precision kernels' errors are near the tolerance on some inputs, so strided_inputs'
+#: fp16 case may or may not show them; half_precision must.
 WRONG_ON_GPU = {
-    "wrong_int32_offsets": (CORPUS / "wrong" / "int32_offsets.py", "failed", {"large_offsets"}),
-    "wrong_half_precision_dot": (CORPUS / "wrong" / "half_precision_dot.py", "failed",
-                                 {"half_precision", "strided_inputs"}),
-    "wrong_half_precision_lanes": (CORPUS / "wrong" / "half_precision_lanes.py", "failed", {"half_precision"}),
+    "wrong_int32_offsets": (CORPUS / "wrong" / "int32_offsets.py", "failed", {"large_offsets"}, set()),
+    "wrong_half_precision_dot": (CORPUS / "wrong" / "half_precision_dot.py", "failed", {"half_precision"},
+                                 {"strided_inputs"}),
+    "wrong_half_precision_lanes": (CORPUS / "wrong" / "half_precision_lanes.py", "failed", {"half_precision"},
+                                   {"strided_inputs"}),
     "wrong_half_precision_subtraction": (CORPUS / "wrong" / "half_precision_subtraction.py", "failed",
-                                         {"half_precision", "strided_inputs"}),
+                                         {"half_precision"}, {"strided_inputs"}),
 }
 #: The grading-time target of issue 12 for a correct kernel on the H200, seconds.
 TARGET_S = 60.0
 
 
-def planned_files() -> dict[str, tuple[Path, str, set[str] | None]]:
-    files = {f"correct_{path.stem}": (path, "passed", None) for path in sorted((CORPUS / "correct").glob("*.py"))}
-    files["reference"] = (REFERENCE, "passed", None)
+def planned_files() -> dict[str, tuple[Path, str, set[str], set[str]]]:
+    files = {f"correct_{path.stem}": (path, "passed", set(), set()) for path in sorted((CORPUS / "correct").glob("*.py"))}
+    files["reference"] = (REFERENCE, "passed", set(), set())
     files.update(WRONG_ON_GPU)
     return files
 
@@ -114,14 +117,15 @@ def main() -> int:
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = {label: pool.submit(grade, label, path, args.out, args.timeout_s, args.device)
-                   for label, (path, _, _) in files.items()}
+                   for label, (path, _, _, _) in files.items()}
         rows = [futures[label].result() for label in files]
     for row in rows:
-        _, verdict, failing = files[row["label"]]
-        met = row.get("verdict") == verdict and (failing is None or set(row.get("failed") or []) == failing)
+        _, verdict, must, may = files[row["label"]]
+        failed = set(row.get("failed") or [])
+        met = row.get("verdict") == verdict and must <= failed <= must | may
         if verdict == "passed" and args.device == "cuda":
             met = met and (row.get("duration_s") or 1e9) < TARGET_S
-        row["expected"] = {"verdict": verdict, "failed": sorted(failing) if failing else []}
+        row["expected"] = {"verdict": verdict, "must_fail": sorted(must), "may_fail": sorted(may)}
         row["met_expectation"] = bool(met)
     summary = {
         "jobs": args.jobs,

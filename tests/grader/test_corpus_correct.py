@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from grading_support import CORPUS, check, requires_bwrap, summary
+from grading_support import CORPUS, check, requires_bwrap, settings, summary
 
 from grader.assignments.softmax_backward.spec import CHECK_NAMES, GPU_ONLY_CHECKS
 
@@ -39,7 +39,7 @@ def _key(path: Path) -> str:
 @pytest.fixture(scope="module")
 def correct(gradings):
     for path in FILES:
-        gradings.submit(_key(path), path)
+        gradings.submit(_key(path), path, grader_settings=settings(child_timeout_s=900))  # verdicts, not speed
     return gradings
 
 

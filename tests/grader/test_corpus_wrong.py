@@ -23,6 +23,7 @@ from grading_support import (
     passed_checks,
     skipped_checks,
     requires_bwrap,
+    settings,
     summary,
 )
 
@@ -75,7 +76,9 @@ def _key(path: Path) -> str:
 def wrong(gradings):
     """Every wrong file, graded once (seed 0, CPU interpreter), two at a time."""
     for path in FILES:
-        gradings.submit(_key(path), path)
+        # A generous limit: these tests are about verdicts, and the slowest file here (an fp16
+        # kernel with 128-column chunks) runs for minutes under the interpreter on a busy machine.
+        gradings.submit(_key(path), path, grader_settings=settings(child_timeout_s=900))
     return gradings
 
 
@@ -155,12 +158,13 @@ def test_half_precision_subtraction_is_named(wrong):
         assert "dot rounded to float16 before the subtraction" in message, message
 
 
-def test_lanes_with_one_product_each_are_the_allowed_arithmetic(wrong):
-    # Up to 1024 columns, half_precision_lanes.py rounds each product to fp16 and sums in fp32,
-    # as PyTorch's CUDA softmax backward does: its 300-column strided case must pass.
+def test_fp16_lanes_show_on_the_rows_with_exact_products(wrong):
+    # Up to 1024 columns each lane holds one product rounded to fp16 (allowed arithmetic,
+    # tests/grader/test_half_precision.py): the failures come from the exact 4096-column rows.
     document = wrong.result("wrong/half_precision_lanes.py")
-    assert check(document, "strided_inputs")["passed"], summary(document)
     assert check(document, "half_precision")["message"].startswith("(4, 4096) float16, exactly representable")
+    strided = check(document, "strided_inputs")["message"]
+    assert "exactly representable products" in strided and "load y and g" not in strided, strided
 
 
 def test_non_contiguous_output_of_empty_like_is_named(wrong):
@@ -184,7 +188,8 @@ def test_a_hint_is_given_only_where_its_pattern_matches(wrong):
         message = check(document, name)["message"]
         assert "autograd_fp32 fails too, on simpler inputs" in message or "Your output matches" in message, message
         assert "Hint:" not in message, message
-    assert "Hint: handle N=1" in check(wrong.result("wrong/truncated_long_rows.py"), "edge_shapes")["message"]
+    own = check(wrong.result("wrong/truncated_long_rows.py"), "edge_shapes")["message"]  # autograd_fp32 passed
+    assert "fails too" not in own and ("Hint: handle N=1" in own or "left those outputs unwritten" in own), own
     message = check(wrong.result("wrong/fp32_output_for_half.py"), "strided_inputs")["message"]
     assert "half_precision fails too" in message and "Hint: load y and g" not in message, message
 

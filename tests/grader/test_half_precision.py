@@ -163,6 +163,18 @@ def test_half_precision_arithmetic_fails_with_its_name(name, dtype, plan):
     assert "Hint:" not in outcome.message and "too few programs" not in outcome.message, outcome.message
 
 
+def test_lanes_holding_one_product_each_are_the_allowed_arithmetic(plan):
+    # With at most 1024 columns, 1024 half-precision lanes each hold one product rounded to the
+    # input dtype, summed in fp32: exactly what PyTorch's CUDA kernel does. Such rows pass.
+    seen = 0
+    for _, call, y, g in _value_calls(plan):
+        if y.dtype in HALF and y.shape[1] <= 1024:
+            result = compare(lanes_in_dtype(y, g), call.expected[0], call.scale[0], call.tolerance, call.slack_of(0))
+            assert result.passed, (call.label, result.describe())
+            seen += 1
+    assert seen >= 3
+
+
 @pytest.mark.parametrize("dtype", HALF, ids=["float16", "bfloat16"])
 def test_not_allowed_errors_are_far_outside_on_the_exact_rows(dtype, plan):
     # The exact rows (inputs.exact_case) carry the separation: there the allowed arithmetic is

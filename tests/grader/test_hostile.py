@@ -93,7 +93,8 @@ EXPECTED = {
     "segfault.py": Expect("error", "crash"),
     "forged_result_files.py": Expect("failed", failed=ZERO_FAILS | {"rejects_mismatch", "rejects_requires_grad"}),
     "forged_done_then_exit.py": Expect("error", "exited"),
-    "patch_launch_counter.py": Expect("failed", failed=frozenset({"triton_kernel"})),
+    # Its fp32 expression keeps a transposed y's layout, so output_contract fails too.
+    "patch_launch_counter.py": Expect("failed", failed=frozenset({"triton_kernel", "output_contract"})),
     "empty_kernel_plus_torch.py": Expect("failed", failed=frozenset({"triton_kernel"})),
     "monkeypatch_compare.py": Expect("failed", failed=VALUE_CHECKS),
     "always_equal_object.py": Expect("failed", failed=NO_TENSOR_FAILS),

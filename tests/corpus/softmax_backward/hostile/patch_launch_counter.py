@@ -1,8 +1,9 @@
 """Plain PyTorch (no Triton kernel), but finds the harness's launch counter in memory with
 gc.get_objects() and bumps it on every call, so each call seems to have launched a kernel.
 
-Expected: verdict failed, exactly triton_kernel failing: the count is not the proof; the
-grader replays the recorded Triton launches (there are none) and the output stays unwritten.
+Expected: verdict failed, triton_kernel failing: the count is not the proof; the grader
+replays the recorded Triton launches (there are none) and the output stays unwritten. Its
+PyTorch expression also keeps a transposed y's layout, so output_contract fails as well.
 """
 import gc
 
