@@ -101,11 +101,12 @@ ROW_LENGTHS: dict[str, int] = {
     "long": 65536,  # longer than any single block a looped kernel uses
 }
 LONG_ROW = ROW_LENGTHS["long"]
-# The longest row is 65536: a whole-row block of 65536 elements compiles in ~5 s at 4 warps
-# (fp32, Triton 3.6, sm_90, measured with ptxas on a CPU; docs/checks.md). The 131075 row the
-# checks had before needed a 262144-element block: ~90 s on that CPU and 125 s on the H200 host,
-# for a kernel that is otherwise correct. A kernel that caps its block at 65536 and does not
-# loop is therefore not caught (docs/checks.md, "What the checks cannot see").
+# The longest row is 65536: a whole-row block of 65536 elements compiles in 7 s (fp32) and 13 s
+# (fp16) of CPU at 4 warps, under 1 s at 32 (Triton 3.6, sm_90, ptxas on a CPU; docs/checks.md).
+# The 131075 row the checks had before needed a 262144-element block: 239 s of CPU at 4 warps,
+# and 125 s of one call on the H200 host, for a kernel that is otherwise correct. A kernel that
+# caps its block at 65536 and does not loop is therefore not caught (docs/checks.md, "What the
+# checks cannot see").
 
 # large_offsets (GPU only): rows that start past 2^31 elements, in float16 (4.3 GB per tensor).
 # 65536 rows of 32768 elements are exactly 2^31 elements, so rows 65536..65544 start past it.
