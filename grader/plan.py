@@ -278,10 +278,11 @@ class Plan:
         return {call.id: call for check in self.checks for call in check.calls}
 
     def steps(self, *, isolated: bool) -> list[PlannedCheck]:
-        """The checks one child runs, in plan order: the main child's (``isolated=False``) or
-        those that run in a process of their own; skipped checks and checks without calls
-        are not steps."""
-        return [c for c in self.checks if c.calls and c.skip_reason is None and c.isolated == isolated]
+        """The checks one child runs, in plan order: the main child's (``isolated=False``; the
+        aggregate checks, without calls, are empty steps there) or those that run in a process
+        of their own. Skipped checks are not steps."""
+        return [c for c in self.checks if c.skip_reason is None and c.isolated == isolated
+                and (c.calls or not isolated)]
 
     def to_protocol(self, *, function: str, module_file: str, other_device: str, isolated: bool = False) -> CheckPlan:
         """The plan as one child reads it (``plan.json``): the steps of ``steps(isolated=...)``."""

@@ -404,13 +404,13 @@ def _check_fresh_results(plan: Plan) -> PlannedCheck:
 
 
 def _check_triton_kernel(plan: Plan) -> PlannedCheck:
-    """Replays the recorded calls of the value checks that passed. A check that failed has
+    """Replays the recorded calls of the value checks that did not fail. A check that failed has
     already shown the kernel's arithmetic wrong on those inputs; a kernel whose error is near
     the tolerance (half precision done wrong) can then pass on one input and fail on the replay
     input, which would blame the Triton launches for the arithmetic."""
     def evaluate(check: PlannedCheck, evidence: CheckEvidence) -> CheckOutcome:
-        passed = {name for name, outcome in evidence.earlier.items() if outcome.passed}
-        recorded = [call for other in plan.checks if other.name in passed
+        failed = {name for name, outcome in evidence.earlier.items() if not outcome.passed and not outcome.skipped}
+        recorded = [call for other in plan.checks if other.name not in failed
                     for call in other.calls if call.record_launches]
         return evaluate_triton_kernel(check, evidence, recorded=recorded, hint=HINTS[check.name])
 
