@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -100,49 +102,92 @@ def replay_inputs(plan: Plan, recordings: dict[str, CallRecording]) -> dict[str,
     return tensors
 
 
-def run_replay(recording: Recording, *, folder: Path, assignment: Assignment, settings: GraderSettings,
-               check_calls: list[CallRecording], check_inputs: dict[str, torch.Tensor],
-               benchmark: dict | None = None, timeout_s: float | None = None) -> ReplayOutcome:
-    """Run the trusted replay process (see the module docstring).
+class ReplayProcess:
+    """The trusted replay process of one grading, started early and fed by files.
 
-    Args:
-        recording: validated (``load_recording``); ``folder`` holds its checked cubins.
-        check_calls / check_inputs: phase 1 (``replay_inputs``).
-        benchmark: phase 2: {"rows": [{id, shape, dtype, seed, recording}], "options": {...},
-            "tolerances": {dtype: {rtol, atol, vtol}}, "verify_rows_per_call": int}, or None.
-        timeout_s: the process's wall-clock limit (default: settings.child_timeout_s).
+    ``start`` launches it (sandboxed, GPU) in a thread: it imports torch and makes its CUDA
+    context while the correctness child runs. ``send_checks`` gives it the validated recording
+    (phase 1), ``send_benchmark`` the benchmark rows or nothing (phase 2, or the end), and
+    ``wait`` returns what it produced. ``close`` ends it early and cleans up.
 
-    Raises:
+    Raises (from ``start``'s thread, re-raised by ``wait``):
         SandboxUnavailable: bubblewrap required but missing.
     """
-    workdir = Path(tempfile.mkdtemp(prefix="replay-", dir=settings.work_root or None))
-    harness_root = Path(tempfile.mkdtemp(prefix="replay-harness-", dir=settings.work_root or None))
-    try:
-        kernels = workdir / "kernels"
-        kernels.mkdir()
+
+    def __init__(self, assignment: Assignment, settings: GraderSettings, *, timeout_s: float) -> None:
+        self.assignment = assignment
+        self.settings = settings.model_copy(update={"child_timeout_s": timeout_s})
+        self.workdir = Path(tempfile.mkdtemp(prefix="replay-", dir=settings.work_root or None))
+        self.harness_root = Path(tempfile.mkdtemp(prefix="replay-harness-", dir=settings.work_root or None))
+        self._thread: threading.Thread | None = None
+        self._outcome = None
+        self._failure: BaseException | None = None
+
+    def start(self) -> ReplayProcess:
+        harness = stage_harness(self.harness_root, {"assignment_bench.py": self.assignment.benchmark.bench_file,
+                                                    "assignment_oracle.py": self.assignment.benchmark.oracle_file})
+
+        def run() -> None:
+            try:
+                self._outcome = run_sandboxed(harness=harness / "replay_child.py", workdir=self.workdir,
+                                              device="cuda", settings=self.settings, args=[str(self.workdir)])
+            except BaseException as exc:  # noqa: BLE001 - re-raised by wait()
+                self._failure = exc
+
+        self._thread = threading.Thread(target=run, name="replay-process", daemon=True)
+        self._thread.start()
+        return self
+
+    def _put(self, name: str, text: str) -> None:
+        tmp = self.workdir / f".{name}.tmp"
+        tmp.write_text(text)
+        os.replace(tmp, self.workdir / name)
+
+    def send_checks(self, recording: Recording, *, folder: Path, check_calls: list[CallRecording],
+                    check_inputs: dict[str, torch.Tensor]) -> None:
+        """Phase 1: the validated recording (``folder`` holds its checked cubins), the check
+        calls to replay and their inputs (``replay_inputs``)."""
+        kernels = self.workdir / "kernels"
+        kernels.mkdir(exist_ok=True)
         for kernel in recording.kernels:
             shutil.copyfile(folder / f"kernel_{kernel.id}.cubin", kernels / f"kernel_{kernel.id}.cubin")
         if check_inputs:
-            save_file(check_inputs, str(workdir / "replay_inputs.safetensors"))
-        plan = {
-            "kernels": [k.model_dump() for k in recording.kernels],
-            "check_calls": [c.model_dump() for c in check_calls],
-            "check_inputs": "replay_inputs.safetensors",
-            "benchmark": benchmark,
-        }
-        (workdir / "replay_plan.json").write_text(json.dumps(plan))
-        harness = stage_harness(harness_root, {"assignment_bench.py": assignment.benchmark.bench_file,
-                                               "assignment_oracle.py": assignment.benchmark.oracle_file})
-        limits = settings.model_copy(update={"child_timeout_s": timeout_s or settings.child_timeout_s})
-        outcome = run_sandboxed(harness=harness / "replay_child.py", workdir=workdir, device="cuda",
-                                settings=limits, args=[str(workdir)])
+            save_file(check_inputs, str(self.workdir / "replay_inputs.safetensors"))
+        plan = {"kernels": [k.model_dump() for k in recording.kernels],
+                "check_calls": [c.model_dump() for c in check_calls],
+                "check_inputs": "replay_inputs.safetensors"}
+        self._put("replay_plan.json", json.dumps(plan))
+
+    def send_benchmark(self, benchmark: dict | None) -> None:
+        """Phase 2: {"rows": [{id, shape, dtype, seed, recording}], "options": {...}, "tolerances":
+        {dtype: {rtol, atol, vtol}}, "verify_rows_per_call": int}; None ends the process."""
+        if benchmark is None:
+            self._put("quit", "")
+        else:
+            self._put("benchmark_plan.json", json.dumps(benchmark))
+
+    def close(self) -> None:
+        """End the process (if it still waits) and remove its folders."""
+        self._put("quit", "")
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        shutil.rmtree(self.harness_root, ignore_errors=True)
+
+    def wait(self) -> ReplayOutcome:
+        """What the process produced (it must have been sent a benchmark plan or None)."""
+        if self._thread is not None:
+            self._thread.join()
+        if self._failure is not None:
+            raise self._failure
+        outcome = self._outcome
         replay = ReplayOutcome(duration_s=outcome.duration_s, log=outcome.log.as_json())
         try:
-            replay.result = json.loads((workdir / "replay_result.json").read_text())
+            replay.result = json.loads((self.workdir / "replay_result.json").read_text())
         except (OSError, ValueError):
             replay.result = {}
         if outcome.timed_out:
-            replay.error = f"the replay process did not finish within {limits.child_timeout_s:g} s"
+            replay.error = f"the replay process did not finish within {self.settings.child_timeout_s:g} s"
         elif outcome.signal is not None or (outcome.returncode or 0) != 0:
             replay.error = (f"the replay process ended with status {outcome.returncode}"
                             + (f" (signal {outcome.signal})" if outcome.signal else "")
@@ -150,13 +195,27 @@ def run_replay(recording: Recording, *, folder: Path, assignment: Assignment, se
         elif replay.result.get("error"):
             replay.error = str(replay.result["error"])
         replay.check_status = replay.result.get("check_calls") or {}
-        outputs = workdir / "replay_outputs.safetensors"
+        outputs = self.workdir / "replay_outputs.safetensors"
         if outputs.exists():
             replay.check_outputs = load_file(str(outputs))
         return replay
+
+
+def run_replay(recording: Recording, *, folder: Path, assignment: Assignment, settings: GraderSettings,
+               check_calls: list[CallRecording], check_inputs: dict[str, torch.Tensor],
+               benchmark: dict | None = None, timeout_s: float | None = None) -> ReplayOutcome:
+    """Start a replay process, give it both phases at once and wait for it (``ReplayProcess``).
+
+    Raises:
+        SandboxUnavailable: bubblewrap required but missing.
+    """
+    process = ReplayProcess(assignment, settings, timeout_s=timeout_s or settings.child_timeout_s).start()
+    try:
+        process.send_checks(recording, folder=folder, check_calls=check_calls, check_inputs=check_inputs)
+        process.send_benchmark(benchmark)
+        return process.wait()
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-        shutil.rmtree(harness_root, ignore_errors=True)
+        process.close()
 
 
 def calls_to_replay(plan: Plan, evidence_calls: dict[str, CallEvidence]) -> list[str]:

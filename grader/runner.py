@@ -265,6 +265,28 @@ def _run_checks(assignment: Assignment, source: str, *, device: str, seed: int, 
     started = time.monotonic()
     plan = assignment.build_plan(seed=seed, device=device)
     timings["inputs"] = time.monotonic() - started
+    replay_process = None
+    if device == "cuda":
+        from grader.replay import ReplayProcess
+
+        # Started now, so that its start-up (torch, the CUDA context) overlaps the child's, and
+        # phase 1 the isolated child's and the oracles'. Its limit covers that waiting too.
+        waits_s = 2 * (settings.child_timeout_s + settings.compile_budget_s) + 60.0
+        timed_s = benchmark_options.student_timeout_s if rows else settings.child_timeout_s
+        replay_process = ReplayProcess(assignment, settings, timeout_s=waits_s + timed_s).start()
+    try:
+        return _checks_with_replay(plan, assignment, source, replay_process, device=device, settings=settings,
+                                   grading_dir=grading_dir, cache_dir=cache_dir, timings=timings, rows=rows,
+                                   benchmark_options=benchmark_options)
+    finally:
+        if replay_process is not None:
+            replay_process.close()
+
+
+def _checks_with_replay(plan: Plan, assignment: Assignment, source: str, replay_process, *, device: str,
+                        settings: GraderSettings, grading_dir: Path, cache_dir: Path, timings: dict[str, float],
+                        rows: list[dict], benchmark_options) -> _Run:
+    """``_run_checks`` after the plan is built and the replay process (GPU) started."""
     workdir, outcome = _run_child(plan, assignment, source, isolated=False, device=device, settings=settings,
                                   grading_dir=grading_dir, cache_dir=cache_dir, rows=rows)
     timings["child"] = outcome.duration_s
@@ -286,17 +308,20 @@ def _run_checks(assignment: Assignment, source: str, *, device: str, seed: int, 
                                                                                  assignment.crash_hint)})
     notes = _child_notes(workdir)
     evidence = CheckEvidence(calls=evidence_calls, bank=plan.bank)
+    run = _Run(fields={})
+    sent = None
+    if replay_process is not None and error is None:
+        sent = _send_recording(plan, workdir, evidence_calls, replay_process, run, rows=rows)
     if error is None:
         notes += _run_isolated(plan, assignment, source, evidence, finished, device=device, settings=settings,
                                grading_dir=grading_dir, cache_dir=cache_dir, timings=timings)
     oracle_started = time.monotonic()
     outcomes = _evaluate_checks(plan, evidence, finished, error)
     timings["oracles"] = time.monotonic() - oracle_started
-    run = _Run(fields={})
-    if device == "cuda" and error is None:
+    if sent is not None:
         others_passed = all(o.passed or o.skipped for o, check in zip(outcomes, plan.checks) if check.calls)
         replay_started = time.monotonic()
-        _replay_on_gpu(assignment, plan, workdir, evidence_calls, run, settings=settings, rows=rows,
+        _finish_replay(assignment, sent, evidence_calls, replay_process, run, rows=rows,
                        time_rows=others_passed, benchmark_options=benchmark_options)
         timings["replay"] = time.monotonic() - replay_started
         outcomes = _evaluate_checks(plan, evidence, finished, error, previous=outcomes)
@@ -311,34 +336,49 @@ def _run_checks(assignment: Assignment, source: str, *, device: str, seed: int, 
     return run
 
 
-def _replay_on_gpu(assignment: Assignment, plan: Plan, workdir: Path, evidence_calls: dict, run: _Run, *,
-                   settings: GraderSettings, rows: list[dict], time_rows: bool, benchmark_options) -> None:
-    """Validate the child's recording and replay it in the trusted process: every recorded check
-    call once (its output goes into the evidence), and the benchmark rows when ``time_rows``."""
-    from grader.benchmark import replay_phase
-    from grader.replay import RecordingRejected, calls_to_replay, inject, load_recording, replay_inputs, run_replay
+def _send_recording(plan: Plan, workdir: Path, evidence_calls: dict, replay_process, run: _Run, *,
+                    rows: list[dict]):
+    """Validate the child's recording and send the replay process phase 1: every recorded check
+    call once (its output goes into the evidence when ``_finish_replay`` injects it).
+
+    Returns:
+        (recording, check calls) when the process was sent work, else None (nothing recorded,
+        or the recording was rejected: the calls' replay errors and ``run.unreplayable`` say so).
+    """
+    from grader.replay import RecordingRejected, calls_to_replay, load_recording, replay_inputs
 
     recorded = calls_to_replay(plan, evidence_calls)
     if not recorded and not rows:
-        return
+        return None
     try:
         recording = load_recording(workdir / "recording")
     except RecordingRejected as exc:
         for call_id in recorded:
             evidence_calls[call_id].replay_error = str(exc)
         run.unreplayable = {row["id"]: str(exc) for row in rows}
-        return
+        return None
     by_id = {call.call_id: call for call in recording.calls}
     check_calls = [by_id[call_id] for call_id in recorded if call_id in by_id]
     for call_id in recorded:
         if call_id not in by_id:
             evidence_calls[call_id].replay_error = "the recording holds no launches of this call"
+    replay_process.send_checks(recording, folder=workdir / "recording", check_calls=check_calls,
+                               check_inputs=replay_inputs(plan, {c.call_id: c for c in check_calls}))
+    return recording, check_calls
+
+
+def _finish_replay(assignment: Assignment, sent, evidence_calls: dict, replay_process, run: _Run, *,
+                   rows: list[dict], time_rows: bool, benchmark_options) -> None:
+    """Send the replay process phase 2 (the benchmark rows, when ``time_rows``) or its end, wait
+    for it, and put the replayed check outputs into the evidence."""
+    from grader.benchmark import replay_phase
+    from grader.replay import inject
+
+    recording, check_calls = sent
     benchmark_part, run.unreplayable = (replay_phase(assignment, rows, recording, benchmark_options)
                                         if rows and time_rows else (None, {}))
-    timeout = max(settings.child_timeout_s, benchmark_options.student_timeout_s) if benchmark_part else None
-    replay = run_replay(recording, folder=workdir / "recording", assignment=assignment, settings=settings,
-                        check_calls=check_calls, check_inputs=replay_inputs(plan, {c.call_id: c for c in check_calls}),
-                        benchmark=benchmark_part, timeout_s=timeout)
+    replay_process.send_benchmark(benchmark_part)
+    replay = replay_process.wait()
     inject(evidence_calls, replay, [call.call_id for call in check_calls])
     run.replay = replay if benchmark_part else None
 

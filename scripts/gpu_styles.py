@@ -39,15 +39,17 @@ REFERENCE = ROOT / "grader" / "assignments" / "softmax_backward" / "reference.py
 
 #: label -> (file, expected verdict, checks that must fail, checks that may fail too). The
 #: half-precision kernels' errors are near the tolerance on some inputs, so strided_inputs'
-#: fp16 case may or may not show them; half_precision must.
+#: fp16 case may or may not show them; half_precision must. Two of them also fail
+#: large_offsets (fp16 rows of 32768 columns) on the H200 (2026-12-01, docs/benchmarks.md);
+#: their row offsets are int64, so that is their fp16 arithmetic on longer rows, not an overflow.
 WRONG_ON_GPU = {
     "wrong_int32_offsets": (CORPUS / "wrong" / "int32_offsets.py", "failed", {"large_offsets"}, set()),
     "wrong_half_precision_dot": (CORPUS / "wrong" / "half_precision_dot.py", "failed", {"half_precision"},
-                                 {"strided_inputs"}),
+                                 {"strided_inputs", "large_offsets"}),
     "wrong_half_precision_lanes": (CORPUS / "wrong" / "half_precision_lanes.py", "failed", {"half_precision"},
                                    {"strided_inputs"}),
     "wrong_half_precision_subtraction": (CORPUS / "wrong" / "half_precision_subtraction.py", "failed",
-                                         {"half_precision"}, {"strided_inputs"}),
+                                         {"half_precision"}, {"strided_inputs", "large_offsets"}),
 }
 #: The grading-time target of issue 12 for a correct kernel on the H200, seconds.
 TARGET_S = 60.0

@@ -26,8 +26,14 @@ Two phases, from ``replay_plan.json`` (written by the parent from a validated re
    no two timed calls see the same inputs. The raw samples go to the parent, which computes the
    statistics.
 
-Results: ``replay_result.json``. A CUDA error poisons the process: what follows is skipped and
-reported as such.
+The parent starts this process before the correctness child runs (its start-up, torch and the
+CUDA context, then overlaps the child's) and feeds it through files in its work folder, each
+written whole (renamed into place): ``replay_plan.json`` starts phase 1; then
+``benchmark_plan.json`` starts phase 2, or ``quit`` ends the process (``quit`` also ends the
+wait for the first plan, when the correctness run gave nothing to replay).
+
+Results: ``replay_result.json`` (rewritten after each phase and row; ``phase`` says which phase
+finished last). A CUDA error poisons the process: what follows is skipped and reported as such.
 """
 
 from __future__ import annotations
@@ -354,10 +360,19 @@ def _verdict(state: dict) -> dict:
             "passed": state["calls"] > 0 and int(state["bad"]) == 0 and changed == 0 and math.isfinite(worst)}
 
 
+def _wait_for(workdir: str, name: str) -> str | None:
+    """Block until the parent writes ``name`` (returns its path) or ``quit`` (returns None)."""
+    wanted, stop = os.path.join(workdir, name), os.path.join(workdir, "quit")
+    while True:
+        if os.path.exists(wanted):
+            return wanted
+        if os.path.exists(stop):
+            return None
+        time.sleep(0.02)
+
+
 def main(workdir: str) -> int:
-    with open(os.path.join(workdir, "replay_plan.json"), encoding="utf-8") as handle:
-        plan = json.load(handle)
-    result: dict = {"started_unix": time.time()}
+    result: dict = {"started_unix": time.time(), "phase": "started"}
     if not torch.cuda.is_available():
         result["error"] = "no CUDA device visible to the replay process"
         _write(workdir, result)
@@ -366,6 +381,11 @@ def main(workdir: str) -> int:
     torch.zeros(1, device="cuda")  # makes PyTorch's primary context current on this thread
     result["gpu"] = gpu_info()
     result["versions"] = versions()
+    plan_path = _wait_for(workdir, "replay_plan.json")
+    if plan_path is None:
+        return 0
+    with open(plan_path, encoding="utf-8") as handle:
+        plan = json.load(handle)
     try:
         driver = CudaDriver()
         kernels = Kernels(driver, [protocol.KernelRecord.model_validate(k) for k in plan["kernels"]],
@@ -375,12 +395,17 @@ def main(workdir: str) -> int:
         _write(workdir, result)
         return 0
     alive = replay_checks(plan, kernels, workdir, result)
+    result["phase"] = "checks"
     _write(workdir, result)
-    if plan.get("benchmark"):
+    bench_path = _wait_for(workdir, "benchmark_plan.json")
+    if bench_path is not None:
+        with open(bench_path, encoding="utf-8") as handle:
+            plan["benchmark"] = json.load(handle)
         if alive:
             time_rows(plan, kernels, workdir, result)
         else:
             result["benchmark_error"] = "not timed: a replayed check call poisoned the GPU context"
+        result["phase"] = "benchmark"
     result["finished_unix"] = time.time()
     _write(workdir, result)
     return 0

@@ -108,3 +108,16 @@ def test_wrong_rows_past_the_boundary_are_named(small_large_offsets, tmp_path):
     assert document["verdict"] == "failed" and not large["passed"], summary(document)
     assert "Rows [64, 65, 69] start past 2^31 elements and are wrong" in large["message"], large["message"]
     assert "int32 offset overflow" in large["message"], large["message"]
+
+
+def test_wrong_rows_before_the_boundary_are_not_called_an_overflow(small_large_offsets, tmp_path):
+    """A kernel wrong on rows that start before 2^31 elements (seen on the H200: a cheat zeroing
+    odd rows of large calls) gets no int32 hint: the evidence says it is something else."""
+    path = tmp_path / "softmax_backward.py"
+    path.write_text(CRASH_ON_LARGE.format(action="pass", after="dx[1::2] = 0 if m == 70 else dx[1::2]"))
+    document = _grade(path)
+    large = _check(document, "large_offsets")
+    assert document["verdict"] == "failed" and not large["passed"], summary(document)
+    assert "Rows before 2^31 elements are wrong too ([1, 63])" in large["message"], large["message"]
+    assert "not an int32 offset overflow" in large["message"], large["message"]
+    assert "Hint" not in large["message"], large["message"]

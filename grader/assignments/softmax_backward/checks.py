@@ -459,7 +459,8 @@ def _check_large_offsets(plan: Plan) -> PlannedCheck:
 
 def _evaluate_large_offsets(check: PlannedCheck, evidence: CheckEvidence) -> CheckOutcome:
     """The sampled rows must match; rows past 2^31 elements wrong while the rows before are
-    right (or a crash) is named as an int32 offset overflow."""
+    right (or a crash) is named as an int32 offset overflow, with its hint; rows before 2^31
+    elements wrong too are said not to be one (no int32 hint)."""
     call = check.calls[0]
     hint = hint_for(evidence, HINTS[check.name], HINT_REQUIRES[check.name])
     problem = describe_failure(evidence, call, call.id)
@@ -488,7 +489,12 @@ def _evaluate_large_offsets(check: PlannedCheck, evidence: CheckEvidence) -> Che
         finding = (f" Rows {past} start past 2^31 elements and are wrong; every sampled row before them is right:"
                    f" an int32 offset overflow.")
     else:
-        finding = ""
+        # Rows that start before 2^31 elements are wrong too: not what an offset overflow does,
+        # so the int32 hint would mislead (only the failing checks it builds on are named).
+        finding = (f" Rows before 2^31 elements are wrong too ({[r for r in past if r < LARGE_OFFSET_FIRST_ROW_PAST]}),"
+                   f" so this is not an int32 offset overflow.")
+        if hint.startswith(" Hint:"):
+            hint = ""
     return CheckOutcome(name=check.name, passed=False, cases=len(sample), max_err_over_tolerance=worst,
                         message=f"{call.label}, row {first_row}: {first.describe()}.{finding}{hint}")
 
