@@ -18,6 +18,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -114,14 +115,47 @@ class ReplayProcess:
         SandboxUnavailable: bubblewrap required but missing.
     """
 
-    def __init__(self, assignment: Assignment, settings: GraderSettings, *, timeout_s: float) -> None:
+    def __init__(self, assignment: Assignment, settings: GraderSettings, *, timeout_s: float,
+                 max_idle_s: float = 0.0) -> None:
+        """``timeout_s``: the process's wall-clock limit for its own work (start-up and both
+        phases); the time it waits for the parent's plans is not counted, up to ``max_idle_s``
+        (so a spinning kernel holds the GPU for ``timeout_s`` at most, and a process whose
+        parent never answers ends after ``timeout_s + max_idle_s``)."""
         self.assignment = assignment
         self.settings = settings.model_copy(update={"child_timeout_s": timeout_s})
+        self.max_idle_s = max_idle_s
         self.workdir = Path(tempfile.mkdtemp(prefix="replay-", dir=settings.work_root or None))
         self.harness_root = Path(tempfile.mkdtemp(prefix="replay-harness-", dir=settings.work_root or None))
         self._thread: threading.Thread | None = None
         self._outcome = None
         self._failure: BaseException | None = None
+        self._started = time.monotonic()
+        self._checks_sent: float | None = None
+        self._benchmark_sent: float | None = None
+        self._idle_between: float | None = None  # phase 1 done -> phase 2 sent, seconds, once known
+
+    def _phase1_done_ago(self) -> float | None:
+        """Seconds since the process wrote phase 1's result, or None if it has not."""
+        path = self.workdir / "replay_result.json"
+        try:
+            if json.loads(path.read_text()).get("phase") != "checks":
+                return None
+            return max(0.0, time.time() - path.stat().st_mtime)
+        except (OSError, ValueError):
+            return None
+
+    def idle_s(self, now: float) -> float:
+        """How long the process has waited for its plans so far (``time.monotonic()`` seconds):
+        before phase 1 was sent, and between phase 1's end and phase 2 being sent. The sandbox's
+        clock leaves it out (run_sandboxed's ``idle_s``), up to ``max_idle_s``."""
+        first = (self._checks_sent if self._checks_sent is not None else now) - self._started
+        if self._idle_between is not None:
+            between = self._idle_between
+        elif self._checks_sent is not None and self._benchmark_sent is None:
+            between = self._phase1_done_ago() or 0.0
+        else:
+            between = 0.0
+        return min(first + between, self.max_idle_s)
 
     def start(self) -> ReplayProcess:
         harness = stage_harness(self.harness_root, {"assignment_bench.py": self.assignment.benchmark.bench_file,
@@ -130,7 +164,8 @@ class ReplayProcess:
         def run() -> None:
             try:
                 self._outcome = run_sandboxed(harness=harness / "replay_child.py", workdir=self.workdir,
-                                              device="cuda", settings=self.settings, args=[str(self.workdir)])
+                                              device="cuda", settings=self.settings, args=[str(self.workdir)],
+                                              idle_s=self.idle_s)
             except BaseException as exc:  # noqa: BLE001 - re-raised by wait()
                 self._failure = exc
 
@@ -157,10 +192,13 @@ class ReplayProcess:
                 "check_calls": [c.model_dump() for c in check_calls],
                 "check_inputs": "replay_inputs.safetensors"}
         self._put("replay_plan.json", json.dumps(plan))
+        self._checks_sent = time.monotonic()
 
     def send_benchmark(self, benchmark: dict | None) -> None:
         """Phase 2: {"rows": [{id, shape, dtype, seed, recording}], "options": {...}, "tolerances":
         {dtype: {rtol, atol, vtol}}, "verify_rows_per_call": int}; None ends the process."""
+        self._idle_between = self._phase1_done_ago() or 0.0 if self._checks_sent is not None else 0.0
+        self._benchmark_sent = time.monotonic()
         if benchmark is None:
             self._put("quit", "")
         else:

@@ -153,6 +153,11 @@ def _verdict(outcomes: list[CheckOutcome], error: GradingError | None, expected_
     return Verdict.FAILED
 
 
+#: Seconds allowed to the replay process for its start-up (Python, torch, the CUDA context) and
+#: to each wait's slack, on top of its phases' limits.
+REPLAY_STARTUP_S = 60.0
+
+
 @dataclass
 class _Run:
     """One correctness run's results, and what the benchmark needs from it (GPU)."""
@@ -270,10 +275,11 @@ def _run_checks(assignment: Assignment, source: str, *, device: str, seed: int, 
         from grader.replay import ReplayProcess
 
         # Started now, so that its start-up (torch, the CUDA context) overlaps the child's, and
-        # phase 1 the isolated child's and the oracles'. Its limit covers that waiting too.
-        waits_s = 2 * (settings.child_timeout_s + settings.compile_budget_s) + 60.0
-        timed_s = benchmark_options.student_timeout_s if rows else settings.child_timeout_s
-        replay_process = ReplayProcess(assignment, settings, timeout_s=waits_s + timed_s).start()
+        # phase 1 the isolated child's and the oracles'. Its limit counts its own work (start-up,
+        # phase 1, phase 2) and leaves out its waits for the two children, up to their limits.
+        work_s = REPLAY_STARTUP_S + settings.child_timeout_s + (benchmark_options.student_timeout_s if rows else 0.0)
+        waits_s = 2 * (settings.child_timeout_s + settings.compile_budget_s) + REPLAY_STARTUP_S
+        replay_process = ReplayProcess(assignment, settings, timeout_s=work_s, max_idle_s=waits_s).start()
     try:
         return _checks_with_replay(plan, assignment, source, replay_process, device=device, settings=settings,
                                    grading_dir=grading_dir, cache_dir=cache_dir, timings=timings, rows=rows,

@@ -24,6 +24,7 @@ import sysconfig
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -250,16 +251,21 @@ class WallClock:
     to compile forever is still stopped: at most ``limit_s + compile_budget_s`` in all.
     """
 
-    def __init__(self, limit_s: float, compile_budget_s: float, progress: ProgressLines | None) -> None:
+    def __init__(self, limit_s: float, compile_budget_s: float, progress: ProgressLines | None,
+                 idle_s: Callable[[float], float] | None = None) -> None:
         self.limit_s = limit_s
         self.compile_budget_s = compile_budget_s if progress is not None else 0.0
         self.progress = progress
+        self.idle_s = idle_s
         self.started = time.monotonic()
 
     def excluded_s(self, now: float) -> float:
+        """Seconds not counted against ``limit_s``: compile time within the budget, plus the
+        parent-reported idle time (``idle_s``) of a trusted process waiting for its work."""
+        idle = self.idle_s(now) if self.idle_s is not None else 0.0
         if self.progress is None or self.compile_budget_s <= 0:
-            return 0.0
-        return min(self.progress.compile_seconds(now), self.compile_budget_s)
+            return idle
+        return idle + min(self.progress.compile_seconds(now), self.compile_budget_s)
 
     def remaining_s(self, now: float | None = None) -> float:
         """Seconds left before the child must be stopped (<= 0: stop it now)."""
@@ -566,6 +572,7 @@ def run_sandboxed(
     cache_dir: Path | None = None,
     progress: bool = False,
     compile_budget_s: float = 0.0,
+    idle_s: Callable[[float], float] | None = None,
 ) -> ChildOutcome:
     """Run ``python -I harness args...`` as the untrusted child and wait for it.
 
@@ -582,6 +589,10 @@ def run_sandboxed(
         compile_budget_s: with ``progress``, time the child spends compiling (``compile
             begin``/``compile end`` on the pipe) is left out of ``settings.child_timeout_s`` up to
             this many seconds (WallClock); 0 counts compile time like any other.
+        idle_s: for a trusted process the parent feeds work over time (the replay process):
+            ``idle_s(now)`` is how long, in seconds of ``time.monotonic()``, it has waited for
+            that work so far; that time is left out of ``settings.child_timeout_s``. The
+            parent decides it, never the process.
         cache_dir: the submission's own Triton cache folder, bound read-write, so the check run
             and the benchmark run of one grading compile each kernel once. Never shared between
             submissions (a shared cache could be poisoned). None: a fresh one in the child's /tmp.
@@ -707,7 +718,7 @@ def run_sandboxed(
         # Without a memory cgroup; resident sets of forked copies share pages, so this
         # over-counts a fork bomb, which the process limit stops first.
         watchdog.start()
-    clock = WallClock(settings.child_timeout_s, compile_budget_s, progress_lines)
+    clock = WallClock(settings.child_timeout_s, compile_budget_s, progress_lines, idle_s)
     clock.started = started
     while True:
         remaining = clock.remaining_s()

@@ -107,6 +107,39 @@ def test_wall_clock_leaves_out_compile_time_up_to_the_budget():
     assert plain.remaining_s(plain.started + 11.0) == pytest.approx(-1.0)  # no pipe: compile time counts
 
 
+def test_wall_clock_leaves_out_the_parents_idle_time():
+    clock = sandbox.WallClock(limit_s=10.0, compile_budget_s=0.0, progress=None, idle_s=lambda now: 25.0)
+    assert clock.remaining_s(clock.started + 30.0) == pytest.approx(10.0 + 25.0 - 30.0)
+
+
+def test_replay_process_idle_time_is_its_waits_for_plans_capped(tmp_path):
+    """The replay process's clock leaves out its wait for phase 1 and, once phase 1 is done,
+    its wait for phase 2; never its own work, and never more than max_idle_s."""
+    import json
+
+    from grader.assignments import get_assignment
+    from grader.manifest import DEFAULT_ASSIGNMENT
+    from grader.replay import ReplayProcess
+
+    process = ReplayProcess(get_assignment(DEFAULT_ASSIGNMENT), GraderSettings(work_root=str(tmp_path)),
+                            timeout_s=100.0, max_idle_s=50.0)
+    try:
+        start = process._started
+        assert process.idle_s(start + 7.0) == pytest.approx(7.0)  # waiting for phase 1
+        assert process.idle_s(start + 500.0) == pytest.approx(50.0)  # capped
+        process._checks_sent = start + 7.0
+        assert process.idle_s(start + 20.0) == pytest.approx(7.0)  # phase 1 running: its own work
+        result = process.workdir / "replay_result.json"
+        result.write_text(json.dumps({"phase": "checks"}))
+        os.utime(result, (time.time() - 4.0, time.time() - 4.0))  # phase 1 ended 4 s ago
+        assert process.idle_s(start + 20.0) == pytest.approx(11.0, abs=0.5)
+        process.send_benchmark({"rows": []})
+        idle = process.idle_s(start + 90.0)
+        assert idle == pytest.approx(11.0, abs=0.5), "phase 2 is the process's own work"
+    finally:
+        process.close()
+
+
 def test_progress_lines_time_compilation_by_the_parents_clock(tmp_path):
     read, write = os.pipe()
     lines = sandbox.ProgressLines(read)
