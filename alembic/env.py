@@ -9,9 +9,8 @@ from __future__ import annotations
 from logging.config import fileConfig
 
 from alembic import context
-from sqlalchemy.engine import Connection
-
 from sqlalchemy import text
+from sqlalchemy.engine import Connection
 
 from submissions.db import create_db_engine
 from submissions.models import Base

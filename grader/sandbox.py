@@ -100,7 +100,7 @@ class ChildOutcome:
     limits: dict = field(default_factory=dict)
     signal: int | None = None
     process_limit_hit: bool = False
-    progress: "ProgressLines | None" = None
+    progress: ProgressLines | None = None
     compile_s: float = 0.0
     compile_excluded_s: float = 0.0
     compile_budget_exhausted: bool = False
@@ -661,7 +661,9 @@ def run_sandboxed(
             env=env,
             cwd=str(workdir),
             start_new_session=True,
-            preexec_fn=limit_child,
+            # Not thread-unsafe here: limit_child only calls setrlimit and writes a cgroup file
+            # (no import, no lock another thread of the grader could hold at fork time).
+            preexec_fn=limit_child,  # noqa: PLW1509
             close_fds=True,
             pass_fds=(progress_write,) if progress_write is not None else (),
         )

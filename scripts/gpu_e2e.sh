@@ -56,11 +56,14 @@ set -e
 
 # 2. The service: grader serve on SQLite with one embedded worker on the GPU.
 export GRADER_DATABASE_URL="sqlite:///$RUN/grader.db"
-export GRADER_INSTRUCTOR_TOKEN="e2e-instructor-$(python3 -c 'import secrets; print(secrets.token_hex(16))')"
-export GRADER_DEPLOYMENT_SEED="$(python3 -c 'import secrets; print(secrets.randbits(63))')"
+GRADER_INSTRUCTOR_TOKEN="e2e-instructor-$(python3 -c 'import secrets; print(secrets.token_hex(16))')"
+export GRADER_INSTRUCTOR_TOKEN
+GRADER_DEPLOYMENT_SEED="$(python3 -c 'import secrets; print(secrets.randbits(63))')"
+export GRADER_DEPLOYMENT_SEED
 export GRADER_ENVIRONMENT=development
 export GRADER_CHILD_TIMEOUT_S=60  # the hostile infinite loop is stopped after 60 s
-export GRADER_SECRET_FOR_LEAK_TEST="leak-canary-$(python3 -c 'import secrets; print(secrets.token_hex(8))')"
+GRADER_SECRET_FOR_LEAK_TEST="leak-canary-$(python3 -c 'import secrets; print(secrets.token_hex(8))')"
+export GRADER_SECRET_FOR_LEAK_TEST
 PORT=8765
 "$PYTHON" -m grader serve --host 127.0.0.1 --port "$PORT" --workers-embedded 1 >"$OUTDIR/server.log" 2>&1 &
 SERVER=$!

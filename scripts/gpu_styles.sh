@@ -11,7 +11,7 @@
 set -uo pipefail
 OUTDIR="$(realpath -m "${1:?usage: scripts/gpu_styles.sh OUTDIR}")"
 mkdir -p "$OUTDIR"
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit
 PYTHON="${PYTHON:-python3}"
 # shellcheck source=/dev/null
 source scripts/gpu_setup.sh >"$OUTDIR/sandbox.txt" 2>&1

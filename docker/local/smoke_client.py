@@ -23,8 +23,9 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 FINAL_STATUSES = frozenset({"passed", "failed", "error"})
 

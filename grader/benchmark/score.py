@@ -263,7 +263,7 @@ def assemble(*, spec: BenchmarkSpec, student_rows: dict[str, dict], peers_doc: d
         },
         "baseline": {"name": spec.baseline, "scope": spec.scopes.get(spec.baseline)},
         "scopes": {**spec.scopes, STUDENT: STUDENT_SCOPE},
-        "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "date_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "gpu": peers_doc.get("gpu"),
         "gpu_after": peers_doc.get("gpu_after"),
         "versions": {**(peers_doc.get("versions") or {}), "grader": grader_version()},

@@ -68,7 +68,7 @@ def _short(text: str) -> str:
     return text if len(text) <= MESSAGE_CAP else text[:MESSAGE_CAP] + " [...]"
 
 
-def report_compilations(progress: "Progress") -> None:
+def report_compilations(progress: Progress) -> None:
     """Bracket every Triton compilation with ``compile begin`` / ``compile end`` on the progress
     pipe, by wrapping ``JITFunction._do_compile`` (Triton 3.6: called on a cache miss of a
     launch, of an autotuner's benchmark run and of ``warmup``; it compiles, or loads the

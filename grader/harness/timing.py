@@ -373,7 +373,7 @@ def measure_copy_bandwidth(opts: dict, timer: Timer) -> dict:
             results[name] = {"stats": stats, "bytes_per_s": moved / stats["median_s"]}
         except Exception as exc:  # noqa: BLE001
             results[name] = {"error": f"{type(exc).__name__}: {exc}"}
-    del src, dst
+    src = dst = None  # frees both (the closures above hold them), before empty_cache
     torch.cuda.empty_cache()
     used = [k for k in ("memcpy_event", "kernel_copy_graph", "kernel_copy_event") if "bytes_per_s" in results[k]]
     best = max(used, key=lambda k: results[k]["bytes_per_s"]) if used else None

@@ -16,7 +16,6 @@ import textwrap
 import tomllib
 
 import pytest
-
 from deploy_files import (
     ALLOWED_COMMANDS,
     COMBINATIONS,

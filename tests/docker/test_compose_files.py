@@ -9,7 +9,6 @@ import jsonschema
 import pytest
 import yaml
 from compose_spec import PyCompose
-
 from deploy_files import (
     COMBINATIONS,
     COMPOSE_FILES,
@@ -184,7 +183,7 @@ def test_only_db_migrate_api_and_workers_receive_the_env_file(main):
 
 
 def test_env_example_lists_every_setting_with_placeholders():
-    lines = [l for l in (REPO / ".env.example").read_text().splitlines() if l and not l.startswith("#")]
+    lines = [line for line in (REPO / ".env.example").read_text().splitlines() if line and not line.startswith("#")]
     values = dict(line.split("=", 1) for line in lines)
     assert set(values) == {
         "POSTGRES_PASSWORD", "GRADER_DATABASE_URL", "GRADER_INSTRUCTOR_TOKEN",

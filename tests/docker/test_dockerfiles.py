@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from deploy_files import DOCKER, REPO
 
 DOCKERFILES = sorted(p.name for p in DOCKER.glob("*.Dockerfile"))
@@ -123,7 +122,7 @@ def test_no_secret_is_baked_into_an_image(name):
         if word in {"COPY", "ADD"}:
             assert ".env" not in rest.split(), f"{name}: {word} {rest}"
     ignore = (DOCKER / f"{name}.dockerignore").read_text().splitlines()
-    rules = [l.strip() for l in ignore if l.strip() and not l.startswith("#")]
+    rules = [line.strip() for line in ignore if line.strip() and not line.startswith("#")]
     assert rules[0] == "*", "the build context is an allowlist"
     assert not any(".env" in r for r in rules if r.startswith("!")), "never re-include .env"
 

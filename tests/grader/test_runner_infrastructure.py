@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 import pytest
 from grading_support import REFERENCE, requires_bwrap
-
 from pydantic import ValidationError
 
 from grader import evidence, runner, sandbox

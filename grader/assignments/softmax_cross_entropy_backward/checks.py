@@ -460,7 +460,7 @@ def _check_fresh_results(plan: Plan) -> PlannedCheck:
     x, t = random_case(plan.generator, m, c, ignored=(1,))
     call = _value_call(plan, "fresh_results/0", x, t, 1.0, torch.float32,
                        label=f"({m}, {c}) float32, the same x, t and grad buffers refilled")
-    for round_index, (grad, ignored) in enumerate([(-2.0, (2,)), (0.5, ())]):
+    for grad, ignored in [(-2.0, (2,)), (0.5, ())]:
         x_new, t_new = random_case(plan.generator, m, c, ignored=ignored)
         x32 = x_new.to(torch.float32)
         grad32 = _grad_tensor(grad).to(torch.float32)

@@ -39,7 +39,8 @@ __all__ = ["DEFAULT_IGNORE_INDEX", "EXPONENT_TERM"]  # defined in oracle.py, whi
 # (x - m, or x - (m + log d), or x * log2(e) - m * log2(e)): an absolute error of the argument
 # is the same relative error of p. Ignored rows have scale 0: they must be exactly 0 (+ atol).
 # EXPONENT_TERM (1/64, defined in oracle.py), the weight of |x| + |m| in the scale:
-# rtol * EXPONENT_TERM = 2e-5 / 64 = 3.1e-7 = 5.2 fp32 unit roundoffs (u = 2^-24) per unit of |x| + |m|. One rounding of x - m costs up to u * |x - m|;
+# rtol * EXPONENT_TERM = 2e-5 / 64 = 3.1e-7 = 5.2 fp32 unit roundoffs (u = 2^-24) per unit of |x| + |m|.
+# One rounding of x - m costs up to u * |x - m|;
 # the routes x - (m + log d), (x - m) * log2(e) (how Triton's GPU backend lowers tl.exp) and
 # x*log2(e) - m*log2(e) round operands as large as |x| and |m|. Measured in fp32 on the
 # checks' logits (spread 10 rows, rows offset by 100, and +-1e4): at most 1.4 u per unit
