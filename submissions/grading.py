@@ -350,11 +350,12 @@ def _outcome_from_document(
         error_kind = None
 
     log = document.log
-    capped = cap_text(log.text, limit=stored_log_cap_bytes)
+    capped = cap_text(log.text, limit=stored_log_cap_bytes, omitted_before=log.omitted_bytes)
     if capped.truncated:
-        # What the stored text lacks: what the grader already dropped plus what is cut here.
-        cut = len(log.text.encode("utf-8")) - len(capped.text.encode("utf-8"))
-        log = log.model_copy(update={"text": capped.text, "truncated": True, "omitted_bytes": log.omitted_bytes + max(cut, 0)})
+        # What the stored text lacks: what the grader already dropped plus what is cut here
+        # (the marker in the text says the same total).
+        log = log.model_copy(update={"text": capped.text, "truncated": True,
+                                     "omitted_bytes": log.omitted_bytes + capped.omitted_bytes})
         document = document.model_copy(update={"log": log})
 
     stored = document.model_dump(mode="json", by_alias=True)

@@ -27,22 +27,29 @@ class CappedText:
     text: str
     truncated: bool
     total_bytes: int
+    omitted_bytes: int = 0  # cut here, bytes (not counting what was omitted before)
 
 
-def cap_bytes(data: bytes, *, limit: int) -> CappedText:
-    """Keep the head and tail of `data` within `limit` bytes (plus the marker line)."""
+def cap_bytes(data: bytes, *, limit: int, omitted_before: int = 0) -> CappedText:
+    """Keep the head and tail of `data` within `limit` bytes (plus the marker line).
+
+    ``omitted_before``: bytes already left out of `data` by an earlier cap (the grader's
+    CapturedLog.omitted_bytes), so that the marker states what is missing from the original
+    output in all, not only what this cap removed.
+    """
     if len(data) <= limit:
         return CappedText(data.decode("utf-8", "replace"), False, len(data))
     head = data[: limit // 2]
     tail = data[len(data) - (limit - limit // 2) :]
-    marker = TRUNCATION_MARKER.format(omitted=len(data) - len(head) - len(tail))
+    cut = len(data) - len(head) - len(tail)
+    marker = TRUNCATION_MARKER.format(omitted=cut + omitted_before)
     text = head.decode("utf-8", "replace") + marker + tail.decode("utf-8", "replace")
-    return CappedText(text, True, len(data))
+    return CappedText(text, True, len(data), cut)
 
 
-def cap_text(text: str, *, limit: int) -> CappedText:
+def cap_text(text: str, *, limit: int, omitted_before: int = 0) -> CappedText:
     """`cap_bytes` for text (measured in UTF-8 bytes)."""
-    return cap_bytes(text.encode("utf-8", "replace"), limit=limit)
+    return cap_bytes(text.encode("utf-8", "replace"), limit=limit, omitted_before=omitted_before)
 
 
 def read_capped(path: Path, *, limit: int) -> CappedText:

@@ -6,7 +6,8 @@ Behaviour is chosen by a directive line in the submitted source:
     # fake-grader: verdict=failed speedup=1.5 sleep=2 exit=3 ...
 Keys: verdict (passed|failed|error), error_kind, exit (override exit code), sleep (seconds),
 sleep_once (path: sleep an hour unless the path exists; creates it), kill (SIGKILL itself),
-garbage (print non-JSON), speedup (benchmark headline), log_bytes (size of the child log),
+garbage (print non-JSON), speedup (benchmark headline), log_bytes (size of the child log), log_omitted (bytes the
+grader says it already cut from that log),
 stderr_bytes, record (path: write argv, env names and cwd there as JSON), bench_rows (with
 speedup: that many benchmark rows shaped as grader/benchmark/score.py writes them: impls with
 graph medians, floor_s_min, scope), html (1: the check message, error message, traceback and
@@ -106,7 +107,8 @@ def main() -> int:
         "sandbox": "none (unsafe)",
         "duration_s": 0.01,
         "timings_s": {"child": 0.0, "oracles": 0.0, "benchmark": 0.0},
-        "log": {"text": log_text, "truncated": False, "total_bytes": len(log_text)},
+        "log": {"text": log_text, "truncated": "log_omitted" in options, "total_bytes": len(log_text),
+                "omitted_bytes": int(options.get("log_omitted", 0))},
     })
     # As the real grader writes it (non-finite floats as the strings "Infinity"/"NaN").
     sys.stdout.write(document.to_json(indent=None))

@@ -4,6 +4,7 @@ environment, caps), exercised with the fake grader in tests/service/fakes/."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 
 import pytest
@@ -120,7 +121,22 @@ def test_logs_keep_head_and_tail_within_the_cap() -> None:
     capped = cap_bytes(b"a" * 10 + b"b" * 100 + b"c" * 10, limit=20)
     assert capped.truncated and capped.total_bytes == 120
     assert capped.text.startswith("a" * 10) and capped.text.endswith("c" * 10)
-    assert "100 bytes omitted" in capped.text
+    assert "100 bytes omitted" in capped.text and capped.omitted_bytes == 100
+    # A log the grader had already cut: the marker and the count give the total missing.
+    again = cap_bytes(b"a" * 10 + b"b" * 100 + b"c" * 10, limit=20, omitted_before=5000)
+    assert "5100 bytes omitted" in again.text and again.omitted_bytes == 100
+
+
+def test_stored_log_counts_what_the_grader_and_the_service_cut() -> None:
+    """The grader cut 7000 bytes of the child's log already; the service cuts more to store it.
+    The stored count and the marker in the text both give the total missing."""
+    outcome = grade("log_bytes=50000 log_omitted=7000")
+    log = outcome.result_document["log"]
+    marker = re.findall(r"\[\.\.\. (\d+) bytes omitted", log["text"])
+    assert log["truncated"] and len(marker) == 1, log["text"][:300]
+    kept = log["text"].count("L")
+    assert log["omitted_bytes"] == 7000 + (50000 - kept), log["omitted_bytes"]
+    assert int(marker[0]) == log["omitted_bytes"]
 
 
 def test_environment_filter_keeps_ordinary_variables() -> None:
