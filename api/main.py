@@ -21,6 +21,7 @@ from fastapi import FastAPI
 from api.admission import Admission, AdmissionMiddleware
 from api.errors import install_error_handlers
 from api.guard import AuthBeforeBodyMiddleware
+from api.openapi import install_openapi
 from api.pages import install_pages
 from api.routes import (
     assignments,
@@ -75,4 +76,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                    health.router):
         app.include_router(router)
     install_pages(app)
+    install_openapi(app)
     return app

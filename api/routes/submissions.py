@@ -203,17 +203,24 @@ async def read_submission(
     return latest
 
 
-@router.get("/{submission_id}/source", response_class=PlainTextResponse, responses=_NOT_FOUND)
+class PythonSourceResponse(PlainTextResponse):
+    """A stored source file: ``text/x-python; charset=utf-8`` (also in the OpenAPI
+    document)."""
+
+    media_type = "text/x-python"
+
+
+@router.get("/{submission_id}/source", response_class=PythonSourceResponse,
+            responses=_NOT_FOUND)
 def read_submission_source(
     submission_id: SubmissionId, principal: CurrentPrincipal, session: SessionDep
-) -> PlainTextResponse:
+) -> PythonSourceResponse:
     """The stored source text (its owner, or staff); its sha256 is in `X-Source-SHA256`
     and the uploaded file name in `Content-Disposition`."""
     submission = _visible(session, submission_id, principal)
     filename = submission.original_filename or f"{submission.assignment}.py"
-    return PlainTextResponse(
+    return PythonSourceResponse(
         submission.source_text,
-        media_type="text/x-python; charset=utf-8",
         headers={"X-Source-SHA256": submission.source_sha256,
                  "Content-Disposition": _inline_filename(filename)},
     )
