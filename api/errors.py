@@ -45,7 +45,9 @@ async def _validation_error(_request: Request, exc: RequestValidationError) -> J
 
 
 async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
-    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    # 400: FastAPI's "There was an error parsing the body" (bytes that are not UTF-8 JSON).
+    code = {400: "body_malformed", 404: "not_found", 405: "method_not_allowed"}.get(
+        exc.status_code, "http_error")
     return error_response(exc.status_code, code, str(exc.detail), exc.headers)
 
 

@@ -12,7 +12,9 @@ on, all with the project's error schema (`api.schemas.ErrorResponse`):
   (the app answers validation errors in the project's shape, api/errors.py);
 - 503 ``overloaded`` / ``database_unavailable`` everywhere, with ``Retry-After``
   (api/admission.py, api/errors.py);
-- 400 ``upload_truncated`` on the upload;
+- 400 ``body_malformed`` (undecodable bytes) on every body method, ``upload_truncated`` on
+  the upload;
+- errors as ``application/json`` also on routes whose success is CSV or Python source;
 - the media type of ``/metrics`` (Prometheus text, ``text/plain``).
 """
 
@@ -26,7 +28,8 @@ _ERROR_REF = {"$ref": "#/components/schemas/ErrorResponse"}
 _RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before retrying",
                                 "schema": {"type": "integer"}}}
 _DESCRIPTIONS = {
-    "400": "upload_truncated: the multipart body ends before its closing boundary",
+    "400": "body_malformed (a body that cannot be decoded) or, for an upload, "
+           "upload_truncated (the multipart body ends before its closing boundary)",
     "401": "not_authenticated: missing or invalid bearer token (checked before any body is "
            "read)",
     "403": "the token's role may not do this (student_required, staff_required, "
@@ -67,9 +70,7 @@ def complete_error_answers(schema: dict[str, Any]) -> None:
                 if "{" in path or (method, path) in _EXTRA_404:
                     codes.add("404")
                 if method in _BODY_METHODS:
-                    codes.add("413")
-                if (method, path) == ("post", "/api/v1/submissions"):
-                    codes.add("400")
+                    codes |= {"400", "413"}
             for code in sorted(codes):
                 if code not in answers:
                     answers[code] = _error(code)
@@ -79,6 +80,13 @@ def complete_error_answers(schema: dict[str, Any]) -> None:
                     current = content.get("application/json", {}).get("schema")
                     if current is not None and current != _ERROR_REF:  # e.g. /healthz's Health
                         content["application/json"] = {"schema": {"anyOf": [current, _ERROR_REF]}}
+            for code, answer in answers.items():
+                # FastAPI files a route's extra answers under its own media type (text/csv,
+                # text/x-python): errors are always JSON.
+                content = answer.get("content", {})
+                if code >= "400" and content and "application/json" not in content:
+                    schema_ = next(iter(content.values())).get("schema", _ERROR_REF)
+                    answer["content"] = {"application/json": {"schema": schema_}}
             if "422" in answers:
                 answers["422"]["content"] = {"application/json": {"schema": _ERROR_REF}}
                 answers["422"].setdefault("description", _DESCRIPTIONS["422"])

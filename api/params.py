@@ -14,8 +14,19 @@ from typing import Annotated
 from fastapi import Path, Query
 
 from api.schemas import MAX_DB_INT
+from grader.manifest import MANIFESTS
 
-__all__ = ["MAX_DB_INT", "Offset", "RegradeId", "StaffId", "StudentId", "SubmissionId"]
+__all__ = ["MAX_DB_INT", "AssignmentName", "AssignmentQuery", "Offset", "RegradeId", "StaffId",
+           "StudentId", "SubmissionId"]
+
+#: The registered assignments (grader/manifest.py), listed in the OpenAPI document. Any other
+#: name is still accepted by validation and answered 422 ``unknown_assignment`` with the
+#: known names, as before.
+_ASSIGNMENT_NAMES = {"enum": sorted(MANIFESTS)}
+AssignmentName = Annotated[str, Path(max_length=100, json_schema_extra=_ASSIGNMENT_NAMES,
+                                     description="an assignment's name")]
+AssignmentQuery = Annotated[str, Query(max_length=100, json_schema_extra=_ASSIGNMENT_NAMES,
+                                       description="an assignment's name")]
 
 SubmissionId = Annotated[int, Path(ge=1, le=MAX_DB_INT, description="a submission's id")]
 StudentId = Annotated[int, Path(ge=1, le=MAX_DB_INT, description="a student's id")]

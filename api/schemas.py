@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
+from grader.manifest import MANIFESTS
+
 Role = Literal["student", "ta", "instructor"]
 StaffRoleName = Literal["instructor", "ta"]
 Verdict = Literal["passed", "failed", "error"]
@@ -372,7 +374,8 @@ class RegradeCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    assignment: str = Field(max_length=100)
+    assignment: str = Field(max_length=100,
+                            json_schema_extra={"enum": sorted(MANIFESTS)})
     student_id: int | None = Field(None, ge=1, le=MAX_DB_INT)
     status: Verdict | None = Field(None, description="current verdict")
     grader_version: str | None = Field(None, max_length=100,

@@ -6,8 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from api.params import Offset
 from api.deps import SessionDep, StaffOnly
+from api.params import Offset
 from api.schemas import AuditEventRead, AuditLog
 from submissions import repository
 

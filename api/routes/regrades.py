@@ -9,8 +9,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query, status
 from sqlalchemy.orm import Session
 
-from api.params import Offset, RegradeId
 from api.deps import NowDep, SessionDep, StaffOnly
+from api.params import Offset, RegradeId
 from api.presenters import regrade_read, regrade_summary
 from api.schemas import ErrorResponse, RegradeCreate, RegradeList, RegradeRead
 from submissions import assignments, regrades

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, status
 
-from api.params import StaffId
 from api.deps import InstructorOnly, NowDep, SessionDep, StaffOnly
+from api.params import StaffId
 from api.schemas import ErrorResponse, StaffCreate, StaffCreated, StaffRead, TokenIssued
 from submissions import repository, staff
 from submissions.models import StaffMember, StaffRole

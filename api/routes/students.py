@@ -9,9 +9,9 @@ from fastapi import APIRouter, Query, status
 from fastapi.responses import JSONResponse, Response
 
 from api.bodies import CSV_OPENAPI, CsvBody
-from api.params import StudentId
 from api import idempotent
 from api.deps import IdempotencyKeyDep, InstructorOnly, NowDep, SessionDep, SettingsDep, StaffOnly
+from api.params import StudentId
 from api.presenters import student_read
 from api.schemas import (
     ErrorResponse,

@@ -18,7 +18,6 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from api.params import MAX_DB_INT, Offset, SubmissionId
 from api import idempotent
 from api.admission import Admission
 from api.deps import (
@@ -34,6 +33,7 @@ from api.deps import (
     principal_for_token,
     session_scope,
 )
+from api.params import MAX_DB_INT, Offset, SubmissionId
 from api.presenters import grading_read, submission_read
 from api.schemas import (
     DisqualifyRequest,
