@@ -100,14 +100,16 @@ class ServiceClient:
                  retry_for_s: float = 120.0,
                  on_retry: Callable[[str, float], None] | None = None,
                  transport: httpx.BaseTransport | None = None,
-                 sleep: Callable[[float], None] | None = None) -> None:
+                 sleep: Callable[[float], None] | None = None,
+                 clock: Callable[[], float] | None = None) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.server = server
         self.http = httpx.Client(base_url=server, headers=headers, timeout=timeout_s,
                                  transport=transport)
         self.retry_for_s = retry_for_s
         self.on_retry = on_retry
-        self._sleep = sleep
+        self._sleep = sleep  # seconds -> None; time.sleep unless a test passes its own
+        self._clock = clock  # -> seconds; time.monotonic unless a test passes its own
 
     def __enter__(self) -> ServiceClient:
         return self
@@ -129,7 +131,7 @@ class ServiceClient:
         if idempotency_key is not None:
             kwargs["headers"] = {**kwargs.get("headers", {}), "Idempotency-Key": idempotency_key}
         idempotent = method in IDEMPOTENT_METHODS or idempotency_key is not None
-        deadline = time.monotonic() + self.retry_for_s
+        deadline = self._now() + self.retry_for_s
         attempt = 0
         while True:
             try:
@@ -158,12 +160,15 @@ class ServiceClient:
         """GET `path` and decode its JSON body."""
         return self.request("GET", path, **kwargs).json()
 
+    def _now(self) -> float:
+        return (self._clock or time.monotonic)()
+
     def _backoff(self, why: str, retry_after: float | None, attempt: int,
                  deadline: float) -> bool:
         """Wait before retry number `attempt` + 1: `retry_after` (when the server sent
         one) plus full jitter. False, without waiting, when that would end past `deadline`."""
         seconds = (retry_after or 0.0) + full_jitter_s(attempt)
-        if time.monotonic() + seconds > deadline:
+        if self._now() + seconds > deadline:
             return False
         if self.on_retry is not None:
             self.on_retry(why, seconds)
