@@ -340,3 +340,59 @@ def test_a_long_poll_answers_when_the_status_changes(committed_db) -> None:
     answer, elapsed = answers[0]
     assert answer.status_code == 200 and answer.json()["status"] == "failed"
     assert elapsed < 10 and time.monotonic() - graded_at < 5
+
+
+# ------------------------------------------------------- database saturation and outage
+
+
+def test_no_free_connection_in_time_is_503_overloaded_with_retry_after(committed_db) -> None:
+    settings = committed_db.settings(api_threads=4, db_pool_timeout_s=0.2)
+    app = create_app(settings)
+    held = [app.state.engine.connect() for _ in range(4)]  # the whole pool
+    try:
+        with TestClient(app) as api:
+            for method, path in (("GET", "/api/v1/students"), ("POST", "/api/v1/students")):
+                started = time.monotonic()
+                response = api.request(method, path, json={"name": "ada"},
+                                       headers=instructor_headers())
+                assert response.status_code == 503, response.text
+                assert response.json()["error"]["code"] == "overloaded"
+                assert response.headers["retry-after"].isdigit()
+                assert time.monotonic() - started < 5
+    finally:
+        for connection in held:
+            connection.close()
+    with TestClient(app) as api:  # and it recovers at once
+        assert api.get("/api/v1/students", headers=instructor_headers()).status_code == 200
+
+
+def test_an_unreachable_database_is_503_with_retry_after_never_500() -> None:
+    from ..helpers import make_settings
+
+    app = create_app(make_settings("postgresql+psycopg://postgres@127.0.0.1:1/none",
+                                   db_pool_timeout_s=1))
+    with TestClient(app) as api:
+        for method, path in (("GET", "/api/v1/students"),
+                             ("GET", "/api/v1/submissions/1?wait=5"),
+                             ("POST", "/api/v1/students")):
+            response = api.request(method, path, json={"name": "ada"},
+                                   headers=instructor_headers())
+            assert response.status_code == 503, (path, response.text)
+            assert response.json()["error"]["code"] == "database_unavailable"
+            assert response.headers["retry-after"].isdigit()
+
+
+def test_requests_over_the_admission_bound_are_refused_at_once(client) -> None:
+    admission = client.app.state.admission
+    admission.in_flight["api"] = admission.max_in_flight  # as if every place were taken
+    try:
+        response = client.get("/api/v1/me", headers=instructor_headers())
+        assert response.status_code == 503
+        assert response.json()["error"]["code"] == "overloaded"
+        assert response.headers["retry-after"] == "1"
+        health = client.get("/healthz")  # bounded apart
+        assert health.status_code == 200
+        assert client.get("/static/pages.css").status_code == 200  # never counted
+    finally:
+        admission.in_flight["api"] = 0
+    assert client.get("/api/v1/me", headers=instructor_headers()).status_code == 200
