@@ -159,3 +159,31 @@ def test_submit_sends_one_key_reused_on_retries_and_waits_with_long_polls(
     assert len(polls) == 3
     assert all(r.url.params["wait"] == str(cli.LONG_POLL_S) for r in polls)
     assert http.IDEMPOTENT_METHODS >= {"GET", "PUT", "DELETE"}
+
+
+def test_course_add_student_retries_a_lost_answer_with_the_same_key(monkeypatch, capsys) -> None:
+    from client import course
+
+    sent: list[httpx.Request] = []
+    answers: list[Any] = [
+        httpx.ReadTimeout("slow"),
+        httpx.Response(201, json={"id": 3, "name": "Ada", "token": "gst_abc", "email": None,
+                                  "external_id": "s1"}),
+    ]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    real = ServiceClient
+    monkeypatch.setattr(course, "ServiceClient", lambda server, token, **kw: real(
+        server, token, transport=httpx.MockTransport(handler), sleep=lambda _s: None, **kw))
+    code = course.main(["--server", "http://grader.test", "--token", "tok", "--json",
+                        "add-student", "Ada", "--id", "s1"])
+    assert code == course.EXIT_OK
+    assert len(sent) == 2 and sent[0].headers["idempotency-key"] == \
+        sent[1].headers["idempotency-key"]
+    assert '"token": "gst_abc"' in capsys.readouterr().out
