@@ -109,7 +109,8 @@ def read_final_run(name: AssignmentName, _: StaffOnly, session: SessionDep) -> F
           "status,submission_id,correctness_points,speed_points,score,max_score,"
           "ranked_speedup,rank,ranking,reason,late_submission_id,late_score"},
     **_UNKNOWN})
-def export_lms(name: AssignmentName, principal: StaffOnly, session: SessionDep, now: NowDep) -> Response:
+def export_lms(name: AssignmentName, principal: StaffOnly, session: SessionDep,
+               now: NowDep) -> Response:
     """The gradebook for an LMS (staff): one row per student, with no submission, late or
     disqualified ones included; the score and its parts (docs/course.md)."""
     text = exports.lms_csv(session, assignment=name, actor=principal.actor, now=now)

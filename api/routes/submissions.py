@@ -178,6 +178,9 @@ async def read_submission(
     state = request.app.state
     admission: Admission = state.admission
 
+    # Not SessionDep/CurrentPrincipal: a request-scoped session would keep its connection (and
+    # its transaction) for the whole wait. Each read is one short session of its own, in the
+    # thread pool, that checks the token again.
     def read() -> SubmissionRead:
         with contextmanager(session_scope)(state.session_factory) as session:
             principal = principal_for_token(session, token=token, settings=state.settings)
