@@ -5,9 +5,11 @@
   the handler returns (before the response is sent), rolled back if it raises.
 - `NowDep`: the request's time (aware UTC); tests override `get_now` to stand on a deadline.
 - `CurrentPrincipal`: who is calling (a student, a TA or an instructor), from the bearer token.
+- `BearerToken`: the bearer token, unchecked, for async routes that open short sessions.
 - `CurrentStudent`: a student (401 without a valid token, 403 for staff).
 - `StaffOnly`: a TA or an instructor (401 without a valid token, 403 for a student).
 - `InstructorOnly`: an instructor (401 without a valid token, 403 for a student or a TA).
+- `IdempotencyKeyDep`: the optional ``Idempotency-Key`` header (submissions/idempotency.py).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Header, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
@@ -98,6 +100,16 @@ class Principal:
         return None if self.student is None else self.student.id
 
     @property
+    def idempotency_scope(self) -> str:
+        """Whose Idempotency-Keys these are: ``student:<id>``, ``staff:<id>`` or
+        ``instructor`` (the bootstrap token)."""
+        if self.student is not None:
+            return f"student:{self.student.id}"
+        if self.staff is not None:
+            return f"staff:{self.staff.id}"
+        return "instructor"
+
+    @property
     def actor(self) -> audit.Actor:
         """Who this is in the audit log."""
         if self.staff is not None:
@@ -136,6 +148,19 @@ def principal_for_token(session: Session, *, token: str, settings: Settings) -> 
 CurrentPrincipal = Annotated[Principal, Depends(get_principal)]
 
 
+async def get_bearer_token(
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer_scheme)],
+) -> str:
+    """The bearer token, unchecked (async: no thread, no session; the long-poll checks it
+    itself). Raises NotAuthenticated (401) when there is none."""
+    if credentials is None or not credentials.credentials:
+        raise NotAuthenticated("missing bearer token (Authorization: Bearer <token>)")
+    return credentials.credentials
+
+
+BearerToken = Annotated[str, Depends(get_bearer_token)]
+
+
 def get_current_student(principal: CurrentPrincipal) -> Student:
     """The calling student. Raises StudentRequired (403) for staff."""
     if principal.student is None:
@@ -164,3 +189,10 @@ def require_instructor(principal: CurrentPrincipal) -> Principal:
 
 
 InstructorOnly = Annotated[Principal, Depends(require_instructor)]
+
+
+IdempotencyKeyDep = Annotated[str | None, Header(
+    alias="Idempotency-Key", min_length=1, max_length=200, pattern=r"^[\x21-\x7e]+$",
+    description="one value (e.g. a random UUID) per logical request, the same on every retry "
+    "of it: a retry gets the first answer again instead of creating a second row; the same key "
+    "with another request is a 422 `idempotency_key_reused`. Kept 24 h.")]

@@ -1,7 +1,13 @@
 """The FastAPI application: mounts every router and the error handlers in one place.
 
 `create_app(settings)` builds the app around one Settings object and one engine; tests may
-swap ``app.state.session_factory`` (or override `api.deps.get_db_session`).
+swap ``app.state.session_factory`` (the middleware and the long-poll use it) and override
+`api.deps.get_db_session` (the routes' sessions).
+
+The request path (docs/reliability.md, "Request path"): anyio's thread limiter and the
+engine's pool both have ``settings.api_threads`` places; `api.admission` admits at most
+``api_max_in_flight`` requests that need them (503 + Retry-After beyond); `api.guard`
+checks the token before any body is read and caps JSON bodies.
 """
 
 from __future__ import annotations
@@ -9,9 +15,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio.to_thread
 from fastapi import FastAPI
 
+from api.admission import Admission, AdmissionMiddleware
 from api.errors import install_error_handlers
+from api.guard import AuthBeforeBodyMiddleware
+from api.openapi import install_openapi
 from api.pages import install_pages
 from api.routes import (
     assignments,
@@ -32,10 +42,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the app. The database schema must already exist (run the migrations first;
     `grader serve` does)."""
     settings = settings or get_settings()
-    engine = engine_from_settings(settings)
+    engine = engine_from_settings(settings, for_api=True)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        # One thread per pooled connection (sync routes and dependencies run in these).
+        anyio.to_thread.current_default_thread_limiter().total_tokens = settings.api_threads
         yield
         engine.dispose()
 
@@ -52,10 +64,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.engine = engine
     app.state.session_factory = create_session_factory(engine)
+    app.state.admission = Admission(
+        max_in_flight=settings.api_max_in_flight, max_health=settings.api_health_reserve,
+        max_waiting=settings.api_max_waiting, retry_after_s=settings.api_retry_after_s)
     install_error_handlers(app)
+    # The last added runs first: admission, then authentication before any body is read.
+    app.add_middleware(AuthBeforeBodyMiddleware)
+    app.add_middleware(AdmissionMiddleware, admission=app.state.admission)
     for router in (me.router, students.router, staff.router, assignments.router,
                    submissions.router, regrades.router, leaderboard.router, audit.router,
                    health.router):
         app.include_router(router)
     install_pages(app)
+    install_openapi(app)
     return app

@@ -8,14 +8,20 @@ the service's dependencies) parses the API's answers with these same models.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+
+from grader.manifest import MANIFESTS
 
 Role = Literal["student", "ta", "instructor"]
 StaffRoleName = Literal["instructor", "ta"]
 Verdict = Literal["passed", "failed", "error"]
 Status = Literal["queued", "running", "passed", "failed", "error"]
+
+#: The largest value of a PostgreSQL ``INTEGER`` column (every id of the schema); api/params.py
+#: bounds path and query parameters with it, the request bodies below their id fields.
+MAX_DB_INT = 2**31 - 1
 
 
 class ErrorBody(BaseModel):
@@ -368,12 +374,14 @@ class RegradeCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    assignment: str = Field(max_length=100)
-    student_id: int | None = Field(None, ge=1)
+    assignment: str = Field(max_length=100,
+                            json_schema_extra={"enum": sorted(MANIFESTS)})
+    student_id: int | None = Field(None, ge=1, le=MAX_DB_INT)
     status: Verdict | None = Field(None, description="current verdict")
     grader_version: str | None = Field(None, max_length=100,
                                        description="current grading's versions.grader")
-    submission_ids: list[int] | None = Field(None, max_length=2000)
+    submission_ids: list[Annotated[int, Field(ge=1, le=MAX_DB_INT)]] | None = Field(
+        None, max_length=2000)
 
 
 class GradingBrief(BaseModel):

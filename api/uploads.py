@@ -15,11 +15,11 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from python_multipart.exceptions import FormParserError
-from python_multipart.multipart import MultipartParser, parse_options_header
+from python_multipart.multipart import MultipartParser, MultipartState, parse_options_header
 
 from api.deps import SettingsDep
 from grader.manifest import DEFAULT_ASSIGNMENT
-from submissions.errors import UploadMalformed, UploadMissingFile, UploadTooLarge
+from submissions.errors import UploadMalformed, UploadMissingFile, UploadTooLarge, UploadTruncated
 
 #: Allowance for multipart boundaries, part headers and the small form fields.
 FRAMING_ALLOWANCE_BYTES = 16 * 1024
@@ -146,6 +146,7 @@ async def read_uploaded_file(request: Request, settings: SettingsDep) -> Uploade
     Raises:
         UploadTooLarge: the file exceeds ``max_upload_bytes`` (checked while reading).
         UploadMalformed: not multipart/form-data, or a malformed body.
+        UploadTruncated: the body ends before its closing boundary (400).
         UploadMissingFile: a well-formed multipart body without a ``file`` part.
     """
     max_file_bytes = settings.max_upload_bytes
@@ -177,6 +178,11 @@ async def read_uploaded_file(request: Request, settings: SettingsDep) -> Uploade
         parser.finalize()
     except FormParserError as exc:
         raise UploadMalformed(f"malformed multipart body: {exc}") from None
+    if parser.state != MultipartState.END:
+        # python-multipart's finalize() accepts a body cut off anywhere: a client (or a
+        # proxy) that dropped the end of the upload must not get a truncated file graded.
+        raise UploadTruncated("the multipart body ends before its closing boundary "
+                              f"(--{boundary.decode('latin-1')}--): send the whole file again")
 
     if collector.file_content is None:
         sent = ", ".join(f"`{name}`" for name in collector.other_parts) or "none"

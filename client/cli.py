@@ -23,7 +23,13 @@ from rich.console import Console
 from rich.table import Table
 
 from api.schemas import AssignmentList, SubmissionCreated, SubmissionList, SubmissionRead
-from client.http import ApiError, ServiceClient, resolve_server, resolve_token
+from client.http import (
+    ApiError,
+    ServiceClient,
+    new_idempotency_key,
+    resolve_server,
+    resolve_token,
+)
 from grader.manifest import DEFAULT_ASSIGNMENT
 from grader.report import render_result
 
@@ -122,28 +128,37 @@ def _exit_code(status: str) -> int:
         status, EXIT_PENDING)
 
 
+#: Longest long-poll the CLI asks for (the server allows 60 s).
+LONG_POLL_S = 30
+
+
 def wait_for_verdict(client: ServiceClient, console: Console, submission_id: int, *,
                      timeout_s: float, poll_interval_s: float) -> SubmissionRead | None:
-    """Poll the submission until it has a verdict (None after `timeout_s`). The interval
-    grows from `poll_interval_s` to 10 s while the grading waits in the queue."""
+    """Wait for the submission's verdict (None after `timeout_s` seconds) with long-polls:
+    ``GET /api/v1/submissions/{id}?wait=30`` answers as soon as the status changes, so the
+    server sees about one request per status change or per 30 s instead of one a second.
+    Two requests are at least `poll_interval_s` apart whatever the server does (a server
+    without long-poll answers at once). Busy answers are retried by the client (Retry-After,
+    jitter)."""
     started = time.monotonic()
-    interval = poll_interval_s
     with console.status("waiting for a worker...") as progress:
         while True:
-            submission = SubmissionRead.model_validate(
-                client.get_json(f"/api/v1/submissions/{submission_id}"))
+            elapsed = time.monotonic() - started
+            wait = int(max(0, min(LONG_POLL_S, timeout_s - elapsed)))
+            asked = time.monotonic()
+            submission = SubmissionRead.model_validate(client.get_json(
+                f"/api/v1/submissions/{submission_id}", params={"wait": wait},
+                timeout=wait + 30.0))
             if submission.status in TERMINAL:
                 return submission
             elapsed = time.monotonic() - started
             if submission.status == "running":
                 progress.update(f"grading (attempt {submission.attempts}) ... {elapsed:.0f} s")
-                interval = poll_interval_s
             else:
                 progress.update(f"queued ... {elapsed:.0f} s")
-                interval = min(interval * 1.5, 10.0)
-            if elapsed > timeout_s:
+            if elapsed >= timeout_s:
                 return None
-            time.sleep(interval)
+            time.sleep(max(0.0, poll_interval_s - (time.monotonic() - asked)))
 
 
 # ----------------------------------------------------------------------------- submit
@@ -158,7 +173,8 @@ def submit(argv: list[str]) -> int:
     _connection_arguments(parser)
     parser.add_argument("--assignment", default=DEFAULT_ASSIGNMENT)
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait")
-    parser.add_argument("--poll-interval", type=float, default=1.0, help="seconds")
+    parser.add_argument("--poll-interval", type=float, default=1.0,
+                        help="least seconds between two status requests (long-polls)")
     parser.add_argument("--no-wait", action="store_true", help="upload and return")
     args = parser.parse_args(argv)
 
@@ -175,6 +191,7 @@ def submit(argv: list[str]) -> int:
         try:
             response = client.request(
                 "POST", "/api/v1/submissions", expect=(202,),
+                idempotency_key=new_idempotency_key(),
                 files={"file": (args.file.name, content, "text/x-python")},
                 data={"assignment": args.assignment})
             created = SubmissionCreated.model_validate(response.json())

@@ -7,6 +7,7 @@
                       [--leaderboard visible|hidden] [--correctness-points P]
                       [--speed-points "1.0:10,1.5:20"|none]            (instructor)
     grader course import-roster ROSTER.csv [--output tokens.csv]       (instructor)
+    grader course add-student NAME [--email E] [--id ID]               (instructor)
     grader course add-staff NAME --role ta|instructor                  (instructor)
     grader course rotate-token student|staff ID                        (instructor)
     grader course regrade NAME [--student ID] [--status S] [--grader-version V]
@@ -48,7 +49,13 @@ from api.schemas import (
     TokenIssued,
 )
 from client.cli import print_api_error
-from client.http import ApiError, ServiceClient, resolve_server, resolve_token
+from client.http import (
+    ApiError,
+    ServiceClient,
+    new_idempotency_key,
+    resolve_server,
+    resolve_token,
+)
 
 EXIT_OK, EXIT_ERROR = 0, 2
 
@@ -111,6 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
     roster = commands.add_parser("import-roster", help="create students from a CSV (instructor)")
     roster.add_argument("file", type=Path)
     roster.add_argument("--output", type=Path, help="write the tokens CSV here (else stdout)")
+
+    student = commands.add_parser("add-student", help="create one student and print their "
+                                  "token (instructor; safe to retry)")
+    student.add_argument("name")
+    student.add_argument("--email")
+    student.add_argument("--id", dest="external_id", help="the institution's student id")
 
     staff = commands.add_parser("add-staff", help="create a staff account (instructor)")
     staff.add_argument("name")
@@ -245,6 +258,19 @@ def _import_roster(client: ServiceClient, args: argparse.Namespace, console: Con
     else:
         sys.stdout.write(text)
     return None
+
+
+def _add_student(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
+    # One Idempotency-Key for this student, reused by every retry: a 201 lost on the way back
+    # is retried and answered with the same student and token, never a 409.
+    data = client.request("POST", "/api/v1/students", expect=(201,),
+                          idempotency_key=new_idempotency_key(),
+                          json={"name": args.name, "email": args.email,
+                                "external_id": args.external_id}).json()
+    console.print(data["token"], highlight=False)
+    console.print(f"[dim]student {data['id']} ({data['name']}) created; give them the token "
+                  "above (it is not stored)[/dim]")
+    return data
 
 
 def _add_staff(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
@@ -384,7 +410,8 @@ def _audit(client: ServiceClient, args: argparse.Namespace, console: Console) ->
 
 
 HANDLERS = {
-    "show": _show, "set": _set, "import-roster": _import_roster, "add-staff": _add_staff,
+    "show": _show, "set": _set, "import-roster": _import_roster,
+    "add-student": _add_student, "add-staff": _add_staff,
     "rotate-token": _rotate, "regrade": _regrade, "regrade-show": _regrade_verb("show"),
     "regrade-apply": _regrade_verb("apply"), "regrade-discard": _regrade_verb("discard"),
     "disqualify": _disqualify, "restore": _restore, "final-run": _final_run,

@@ -1,12 +1,13 @@
 """A small HTTP client for the grading service: base URL, bearer token, error answers
-turned into `ApiError`, and retries of what the server says to retry (503, 429 with
-Retry-After) and of unreachable servers, with backoff."""
+turned into `ApiError`, and bounded retries with Retry-After and full-jitter backoff of
+what is safe to retry (docs/reliability.md, "Client")."""
 
 from __future__ import annotations
 
 import os
 import random
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -49,25 +50,66 @@ def resolve_token(value: str | None) -> str | None:
     return value or os.environ.get(TOKEN_ENV) or None
 
 
+#: Statuses retried: 503 always (the server did nothing: admission refused it, or its
+#: transaction was rolled back), 502 and 504 (a proxy: the request may have run) only for an
+#: idempotent request.
+RETRY_ALWAYS, RETRY_IF_IDEMPOTENT = frozenset({503}), frozenset({502, 504})
+#: Methods that are idempotent by themselves; a POST or PATCH is when it carries an
+#: Idempotency-Key.
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
+
+
+def retry_after_s(response: httpx.Response) -> float | None:
+    """The response's ``Retry-After`` in seconds (delta-seconds form; at most 300), or None
+    when absent or not a number."""
+    value = response.headers.get("retry-after", "").strip()
+    return min(float(value), 300.0) if value.isdigit() else None
+
+
+def full_jitter_s(attempt: int, *, base_s: float = 0.5, cap_s: float = 15.0) -> float:
+    """A backoff delay with full jitter: uniform in [0, min(cap, base * 2**attempt)]
+    seconds (attempt 0 is the first retry)."""
+    return random.uniform(0.0, min(cap_s, base_s * 2.0 ** min(attempt, 30)))  # noqa: S311
+
+
+def new_idempotency_key() -> str:
+    """A fresh Idempotency-Key (a random UUID): one per logical request, reused on its
+    retries."""
+    return str(uuid.uuid4())
+
+
 class ServiceClient:
     """One connection to the service, authenticated with one token.
 
-    Retries: a 503 (the server or its database is saturated) or a 429 with
-    ``Retry-After`` for a GET, and a connection failure for any idempotent request, are
-    retried with jittered exponential backoff (respecting Retry-After) up to `retry_for_s`
-    seconds; an upload (POST) is never retried once it may have reached the server.
+    Retries, until `retry_for_s` seconds have passed since the request began (the last wait
+    never ends past that bound), each after ``Retry-After`` when the server sent one plus a
+    full-jitter backoff (`full_jitter_s`), so a class of clients told "1 s" does not come
+    back in the same second:
+
+    - 503 (overloaded, or the database unavailable: nothing was done), for any request;
+    - 502, 504, a read/write timeout or a dropped connection, for an idempotent request:
+      GET, HEAD, PUT, DELETE, and a POST or PATCH sent with an ``Idempotency-Key`` (the
+      server answers its retry with the first answer);
+    - a connection that could not be made (nothing was sent), for any request;
+    - 429 with ``Retry-After``, for an idempotent request.
+
+    Anything else is raised as `ApiError` at once.
     """
 
     def __init__(self, server: str, token: str | None, *, timeout_s: float = 30.0,
-                 retry_for_s: float = 60.0,
+                 retry_for_s: float = 120.0,
                  on_retry: Callable[[str, float], None] | None = None,
-                 transport: httpx.BaseTransport | None = None) -> None:
+                 transport: httpx.BaseTransport | None = None,
+                 sleep: Callable[[float], None] | None = None,
+                 clock: Callable[[], float] | None = None) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.server = server
         self.http = httpx.Client(base_url=server, headers=headers, timeout=timeout_s,
                                  transport=transport)
         self.retry_for_s = retry_for_s
         self.on_retry = on_retry
+        self._sleep = sleep  # seconds -> None; time.sleep unless a test passes its own
+        self._clock = clock  # -> seconds; time.monotonic unless a test passes its own
 
     def __enter__(self) -> ServiceClient:
         return self
@@ -76,34 +118,41 @@ class ServiceClient:
         self.http.close()
 
     def request(self, method: str, path: str, *, expect: tuple[int, ...] = (200,),
-                **kwargs: Any) -> httpx.Response:
-        """Send a request; return the response if its status is in `expect`.
+                idempotency_key: str | None = None, **kwargs: Any) -> httpx.Response:
+        """Send a request (with ``Idempotency-Key: idempotency_key`` when given, the same on
+        every retry); return the response if its status is in `expect`. `kwargs` go to
+        httpx (``params``, ``json``, ``files``, ``timeout`` in seconds, ...).
 
         Raises:
-            ApiError: an error answer, or the server stayed unreachable.
+            ApiError: an error answer, or the server stayed unreachable or busy for
+                `retry_for_s` seconds.
         """
-        idempotent = method.upper() in {"GET", "HEAD"}
-        deadline = time.monotonic() + self.retry_for_s
-        delay = 0.5
+        method = method.upper()
+        if idempotency_key is not None:
+            kwargs["headers"] = {**kwargs.get("headers", {}), "Idempotency-Key": idempotency_key}
+        idempotent = method in IDEMPOTENT_METHODS or idempotency_key is not None
+        deadline = self._now() + self.retry_for_s
+        attempt = 0
         while True:
             try:
                 response = self.http.request(method, path, **kwargs)
             except httpx.TransportError as exc:
-                connect_failed = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
-                if (idempotent or connect_failed) and time.monotonic() < deadline:
-                    self._wait(f"cannot reach {self.server} ({exc})", delay)
-                    delay = min(delay * 2, 15.0)
+                never_sent = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
+                if (idempotent or never_sent) and self._backoff(
+                        f"cannot reach {self.server} ({type(exc).__name__})", None, attempt,
+                        deadline):
+                    attempt += 1
                     continue
                 raise ApiError(0, "unreachable", f"cannot reach {self.server}: {exc}", {}) from exc
             if response.status_code in expect:
                 return response
-            retry_after = response.headers.get("retry-after", "")
-            retryable = response.status_code == 503 or (
-                response.status_code == 429 and idempotent and retry_after.isdigit())
-            if retryable and time.monotonic() < deadline:
-                wait = float(retry_after) if retry_after.isdigit() else delay
-                self._wait(f"the server is busy ({response.status_code})", wait)
-                delay = min(delay * 2, 15.0)
+            status = response.status_code
+            retry_after = retry_after_s(response)
+            retryable = status in RETRY_ALWAYS or (idempotent and (
+                status in RETRY_IF_IDEMPOTENT or (status == 429 and retry_after is not None)))
+            if retryable and self._backoff(f"the server is busy ({status})", retry_after,
+                                           attempt, deadline):
+                attempt += 1
                 continue
             raise ApiError.from_response(response)
 
@@ -111,8 +160,17 @@ class ServiceClient:
         """GET `path` and decode its JSON body."""
         return self.request("GET", path, **kwargs).json()
 
-    def _wait(self, why: str, seconds: float) -> None:
-        seconds = min(seconds, 60.0) * (0.8 + 0.4 * random.random())  # noqa: S311 - jitter
+    def _now(self) -> float:
+        return (self._clock or time.monotonic)()
+
+    def _backoff(self, why: str, retry_after: float | None, attempt: int,
+                 deadline: float) -> bool:
+        """Wait before retry number `attempt` + 1: `retry_after` (when the server sent
+        one) plus full jitter. False, without waiting, when that would end past `deadline`."""
+        seconds = (retry_after or 0.0) + full_jitter_s(attempt)
+        if self._now() + seconds > deadline:
+            return False
         if self.on_retry is not None:
             self.on_retry(why, seconds)
-        time.sleep(seconds)
+        (self._sleep or time.sleep)(seconds)
+        return True

@@ -20,22 +20,34 @@ from sqlalchemy.orm import Session, sessionmaker
 from submissions.settings import Settings
 
 
-def create_db_engine(database_url: str, *, sqlite_busy_timeout_s: float = 30.0) -> Engine:
+def create_db_engine(database_url: str, *, sqlite_busy_timeout_s: float = 30.0,
+                     pool_size: int | None = None, pool_timeout_s: float | None = None) -> Engine:
     """Create an engine for `database_url` with the project's connection policy.
 
+    `pool_size` (connections kept, with no overflow) and `pool_timeout_s` (seconds a
+    checkout waits before `sqlalchemy.exc.TimeoutError`, which the API answers with 503)
+    are SQLAlchemy's defaults (5 + 10 overflow, 30 s) when None; the API passes its thread
+    count and a short timeout (docs/reliability.md, "Request path").
     For a file-backed SQLite URL the parent directory is created if missing.
 
     Raises:
         sqlalchemy.exc.ArgumentError: if the URL is malformed.
     """
     url = make_url(database_url)
+    pool: dict[str, Any] = {}
+    if pool_size is not None:
+        pool.update(pool_size=pool_size, max_overflow=0)
+    if pool_timeout_s is not None:
+        pool["pool_timeout"] = pool_timeout_s
     if url.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True)
+        return create_engine(url, pool_pre_ping=True, **pool)
 
     if url.database and url.database != ":memory:":
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+    if url.database in (None, "", ":memory:"):
+        pool = {}  # a memory database keeps its single-connection pool
     engine = create_engine(
-        url, connect_args={"timeout": sqlite_busy_timeout_s, "check_same_thread": False}
+        url, connect_args={"timeout": sqlite_busy_timeout_s, "check_same_thread": False}, **pool
     )
     busy_timeout_ms = int(sqlite_busy_timeout_s * 1000)
 
@@ -57,8 +69,14 @@ def create_db_engine(database_url: str, *, sqlite_busy_timeout_s: float = 30.0) 
     return engine
 
 
-def engine_from_settings(settings: Settings) -> Engine:
-    """The engine for ``settings.database_url``."""
+def engine_from_settings(settings: Settings, *, for_api: bool = False) -> Engine:
+    """The engine for ``settings.database_url``. `for_api`: a pool of ``api_threads``
+    connections (one per thread of the API process) and a checkout timeout of
+    ``db_pool_timeout_s``."""
+    if for_api:
+        return create_db_engine(
+            settings.database_url, sqlite_busy_timeout_s=settings.sqlite_busy_timeout_s,
+            pool_size=settings.api_threads, pool_timeout_s=settings.db_pool_timeout_s)
     return create_db_engine(
         settings.database_url, sqlite_busy_timeout_s=settings.sqlite_busy_timeout_s
     )

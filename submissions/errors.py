@@ -320,3 +320,40 @@ class FinalRunNotFound(DomainError):
 
     code = "final_run_not_found"
     http_status = 404
+
+
+class Overloaded(DomainError):
+    """The API has as many requests in flight as it has threads and database connections
+    for (or a database connection could not be had in time): retry after `retry_after_s`
+    seconds (sent as ``Retry-After``). Nothing was done."""
+
+    code = "overloaded"
+    http_status = 503
+
+    def __init__(self, message: str, *, retry_after_s: int, **details: Any) -> None:
+        super().__init__(message, retry_after_s=retry_after_s, **details)
+        self.retry_after_s = retry_after_s
+
+
+class BodyTooLarge(DomainError):
+    """A JSON (or other non-upload) request body exceeds ``max_json_body_bytes``
+    (`details`: `max_bytes`)."""
+
+    code = "body_too_large"
+    http_status = 413
+
+
+class UploadTruncated(DomainError):
+    """A multipart body that ends before its closing boundary (a cut-off upload): nothing is
+    stored, send the whole file again."""
+
+    code = "upload_truncated"
+    http_status = 400
+
+
+class IdempotencyKeyReused(DomainError):
+    """An ``Idempotency-Key`` that this caller already used, within its lifetime, for a
+    different request (another body, file or route)."""
+
+    code = "idempotency_key_reused"
+    http_status = 422

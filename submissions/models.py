@@ -443,3 +443,28 @@ class WorkerHeartbeat(Base):
     started_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
     last_seen_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
     current_submission_id: Mapped[int | None] = mapped_column(Integer)
+
+
+class IdempotencyKey(Base):
+    """The first successful answer to a POST sent with an ``Idempotency-Key`` header
+    (submissions/idempotency.py): a retry of the same request by the same caller gets this
+    answer again instead of creating a second row. Written in the transaction that created
+    the row the answer describes, so either both exist or neither does.
+
+    The key itself is not stored, only ``key_sha256`` (a lookup hash), and the answer is
+    sealed with a key derived from it (it may hold a new student's token, which the service
+    otherwise stores only hashed). Rows expire after ``idempotency_ttl_s`` (24 h)."""
+
+    __tablename__ = "idempotency_keys"
+    __table_args__ = (Index("uq_idempotency_keys_scope_key", "scope", "key_sha256", unique=True),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # Whose key: "student:<id>", "staff:<id>" or "instructor" (the bootstrap token).
+    scope: Mapped[str] = mapped_column(String(64))
+    key_sha256: Mapped[str] = mapped_column(String(64))
+    # sha256 of the method, the route and the request's content (its fingerprint).
+    request_sha256: Mapped[str] = mapped_column(String(64))
+    # Null only inside the creating transaction, until the answer is known.
+    status_code: Mapped[int | None] = mapped_column(Integer)
+    response_body: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utc_now, index=True)

@@ -87,6 +87,26 @@ class Settings(BaseSettings):
     instructor_token: SecretStr = SecretStr("changeme")
     deployment_seed: SecretStr = SecretStr("changeme")
 
+    # The API's request path (docs/reliability.md, "Request path"). Threads and database
+    # connections are sized together: the pool has one connection per thread, and at most
+    # ``api_threads - api_health_reserve`` requests that need a thread are admitted at once
+    # (api/admission.py), so a request that holds a connection never waits for a thread
+    # held by a request waiting for a connection. Beyond that: 503 + Retry-After at once.
+    api_threads: int = Field(24, ge=4, le=512, description="worker threads of the API process "
+                             "(anyio's limiter) and database connections of its pool")
+    api_health_reserve: int = Field(2, ge=1, description="threads kept for /healthz and "
+                                    "/metrics (bounded apart from the API)")
+    api_max_waiting: int = Field(2000, ge=0, description="long-polls (GET ...?wait=) waiting "
+                                 "at once; they hold no thread or connection while waiting")
+    api_retry_after_s: int = Field(1, ge=1, description="Retry-After of an `overloaded` 503")
+    long_poll_interval_s: float = Field(1.0, gt=0, description="how often a long-poll rereads "
+                                        "the submission's status")
+    db_pool_timeout_s: float = Field(5.0, gt=0, description="longest wait for a pooled "
+                                     "connection before the request is answered 503")
+    max_json_body_bytes: int = Field(64 * 1024, gt=0, description="cap on JSON request bodies")
+    idempotency_ttl_s: float = Field(24 * 3600.0, gt=0, description="how long an "
+                                     "Idempotency-Key's first answer is kept")
+
     # Uploads and rate limit.
     max_upload_bytes: int = Field(256 * 1024, gt=0)
     rate_limit_submissions: int = Field(20, gt=0, description="submissions per window")
@@ -151,6 +171,11 @@ class Settings(BaseSettings):
     def lease_renewal_s(self) -> float:
         """Seconds between two lease renewals by a worker's heartbeat thread."""
         return self.heartbeat_interval_s or self.lease_s / 4
+
+    @property
+    def api_max_in_flight(self) -> int:
+        """Requests needing a thread (and so perhaps a connection) admitted at once."""
+        return max(1, self.api_threads - self.api_health_reserve)
 
     @property
     def is_sqlite(self) -> bool:

@@ -14,6 +14,7 @@ from api.deps import (
     SettingsDep,
     StaffOnly,
 )
+from api.params import AssignmentName
 from api.presenters import grading_finished
 from api.schemas import (
     AssignmentList,
@@ -44,7 +45,7 @@ def list_assignments(principal: CurrentPrincipal, session: SessionDep, settings:
 
 
 @router.get("/{name}", response_model=AssignmentRead, responses=_UNKNOWN)
-def read_assignment(name: str, principal: CurrentPrincipal, session: SessionDep,
+def read_assignment(name: AssignmentName, principal: CurrentPrincipal, session: SessionDep,
                     settings: SettingsDep, now: NowDep) -> AssignmentRead:
     """One assignment: open and due dates (UTC), late policy, limits, points."""
     return assignment_view(session, name=name, principal=principal, settings=settings, now=now)
@@ -53,7 +54,7 @@ def read_assignment(name: str, principal: CurrentPrincipal, session: SessionDep,
 @router.patch("/{name}", response_model=AssignmentRead,
               responses={**_UNKNOWN, 403: {"model": ErrorResponse,
                                            "description": "instructor_required"}})
-def update_assignment(name: str, body: AssignmentUpdate, principal: InstructorOnly,
+def update_assignment(name: AssignmentName, body: AssignmentUpdate, principal: InstructorOnly,
                       session: SessionDep, settings: SettingsDep, now: NowDep) -> AssignmentRead:
     """Change settings (instructors). Only the fields sent change; `null` clears a date or
     a limit. Recorded in the audit log with the old and new values."""
@@ -81,7 +82,7 @@ def _final_run_read(run: FinalRun, gradings: list[Grading]) -> FinalRunRead:
              response_model=FinalRunRead,
              responses={**_UNKNOWN, 409: {"model": ErrorResponse, "description":
                         "no_due_date, before_due_date, final_run_in_progress, final_run_empty"}})
-def start_final_run(name: str, principal: InstructorOnly, session: SessionDep,
+def start_final_run(name: AssignmentName, principal: InstructorOnly, session: SessionDep,
                     now: NowDep) -> FinalRunRead:
     """Start the final ranking run (instructors; after the due date): each student's best
     passing on-time submission is re-graded on a fresh secret seed, and the leaderboard
@@ -96,7 +97,7 @@ def start_final_run(name: str, principal: InstructorOnly, session: SessionDep,
 @router.get("/{name}/final-run", response_model=FinalRunRead,
             responses={**_UNKNOWN, 404: {"model": ErrorResponse,
                                          "description": "final_run_not_found"}})
-def read_final_run(name: str, _: StaffOnly, session: SessionDep) -> FinalRunRead:
+def read_final_run(name: AssignmentName, _: StaffOnly, session: SessionDep) -> FinalRunRead:
     """The latest final ranking run with each student's outcome (staff; carries the seed)."""
     run, gradings = final_runs.latest(session, assignment=name)
     return _final_run_read(run, list(gradings))
@@ -108,7 +109,8 @@ def read_final_run(name: str, _: StaffOnly, session: SessionDep) -> FinalRunRead
           "status,submission_id,correctness_points,speed_points,score,max_score,"
           "ranked_speedup,rank,ranking,reason,late_submission_id,late_score"},
     **_UNKNOWN})
-def export_lms(name: str, principal: StaffOnly, session: SessionDep, now: NowDep) -> Response:
+def export_lms(name: AssignmentName, principal: StaffOnly, session: SessionDep,
+               now: NowDep) -> Response:
     """The gradebook for an LMS (staff): one row per student, with no submission, late or
     disqualified ones included; the score and its parts (docs/course.md)."""
     text = exports.lms_csv(session, assignment=name, actor=principal.actor, now=now)

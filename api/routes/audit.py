@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from api.deps import SessionDep, StaffOnly
+from api.params import Offset
 from api.schemas import AuditEventRead, AuditLog
 from submissions import repository
 
@@ -22,7 +23,7 @@ def list_audit_events(
     target_type: Annotated[str | None, Query(max_length=32)] = None,
     target_id: Annotated[str | None, Query(max_length=100)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 200,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
 ) -> AuditLog:
     """Who did what, when: every staff action, newest first."""
     events = repository.list_audit_events(

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
 from api.deps import CurrentPrincipal, NowDep, SessionDep
+from api.params import AssignmentQuery
 from api.schemas import ErrorResponse, Leaderboard
 from api.views import leaderboard_view
 from grader.manifest import DEFAULT_ASSIGNMENT
@@ -32,7 +33,7 @@ def read_leaderboard(
     principal: CurrentPrincipal,
     session: SessionDep,
     now: NowDep,
-    assignment: Annotated[str, Query(max_length=100)] = DEFAULT_ASSIGNMENT,
+    assignment: AssignmentQuery = DEFAULT_ASSIGNMENT,
     format: Annotated[Literal["json", "csv"], Query(description="csv: staff export")] = "json",  # noqa: A002
 ) -> Leaderboard | Response:
     """Each student's ranked submission (late ones are never ranked; disqualified ones are

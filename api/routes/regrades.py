@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query, status
 from sqlalchemy.orm import Session
 
 from api.deps import NowDep, SessionDep, StaffOnly
+from api.params import Offset, RegradeId
 from api.presenters import regrade_read, regrade_summary
 from api.schemas import ErrorResponse, RegradeCreate, RegradeList, RegradeRead
 from submissions import assignments, regrades
@@ -50,7 +51,7 @@ def list_regrades(
     _: StaffOnly, session: SessionDep,
     assignment: Annotated[str | None, Query(max_length=100)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
 ) -> RegradeList:
     """Regrade batches, newest first."""
     batches = regrades.list_batches(session, assignment=assignment, limit=limit, offset=offset)
@@ -58,7 +59,7 @@ def list_regrades(
 
 
 @router.get("/{regrade_id}", response_model=RegradeRead, responses=_NOT_FOUND)
-def read_regrade(regrade_id: int, _: StaffOnly, session: SessionDep, now: NowDep) -> RegradeRead:
+def read_regrade(regrade_id: RegradeId, _: StaffOnly, session: SessionDep, now: NowDep) -> RegradeRead:
     """The preview: for every submission, the grading it re-runs and the new one (verdict,
     checks, headline, score, grader version) side by side; `pending` counts those not
     finished."""
@@ -68,7 +69,7 @@ def read_regrade(regrade_id: int, _: StaffOnly, session: SessionDep, now: NowDep
 
 @router.post("/{regrade_id}/apply", response_model=RegradeRead,
              responses={**_NOT_FOUND, **_DECIDED})
-def apply_regrade(regrade_id: int, principal: StaffOnly, session: SessionDep,
+def apply_regrade(regrade_id: RegradeId, principal: StaffOnly, session: SessionDep,
                   now: NowDep) -> RegradeRead:
     """Make the new gradings current (once none is pending). Infrastructure errors are not
     applied; both gradings stay in each submission's history. Audited."""
@@ -79,7 +80,7 @@ def apply_regrade(regrade_id: int, principal: StaffOnly, session: SessionDep,
 
 @router.post("/{regrade_id}/discard", response_model=RegradeRead,
              responses={**_NOT_FOUND, **_DECIDED})
-def discard_regrade(regrade_id: int, principal: StaffOnly, session: SessionDep,
+def discard_regrade(regrade_id: RegradeId, principal: StaffOnly, session: SessionDep,
                     now: NowDep) -> RegradeRead:
     """Close the batch without applying it (finished gradings stay in the history, queued
     ones are dropped). Audited."""

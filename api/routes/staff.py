@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, status
 
 from api.deps import InstructorOnly, NowDep, SessionDep, StaffOnly
+from api.params import StaffId
 from api.schemas import ErrorResponse, StaffCreate, StaffCreated, StaffRead, TokenIssued
 from submissions import repository, staff
 from submissions.models import StaffMember, StaffRole
@@ -36,7 +37,7 @@ def list_staff(session: SessionDep, _: StaffOnly) -> list[StaffRead]:
 
 @router.post("/{staff_id}/token", response_model=TokenIssued,
              responses={404: {"model": ErrorResponse}})
-def rotate_staff_token(staff_id: int, session: SessionDep, principal: InstructorOnly,
+def rotate_staff_token(staff_id: StaffId, session: SessionDep, principal: InstructorOnly,
                        now: NowDep) -> TokenIssued:
     """Give a staff member a new token (the old one stops working at once; this is also
     how an account is revoked)."""

@@ -6,10 +6,12 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, status
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response
 
 from api.bodies import CSV_OPENAPI, CsvBody
-from api.deps import InstructorOnly, NowDep, SessionDep, StaffOnly
+from api import idempotent
+from api.deps import IdempotencyKeyDep, InstructorOnly, NowDep, SessionDep, SettingsDep, StaffOnly
+from api.params import StudentId
 from api.presenters import student_read
 from api.schemas import (
     ErrorResponse,
@@ -19,7 +21,7 @@ from api.schemas import (
     StudentRead,
     TokenIssued,
 )
-from submissions import repository, roster, service
+from submissions import idempotency, repository, roster, service
 from submissions.errors import StudentNotFound
 
 router = APIRouter(prefix="/api/v1/students", tags=["students"])
@@ -32,15 +34,26 @@ router = APIRouter(prefix="/api/v1/students", tags=["students"])
                         422: {"model": ErrorResponse, "description": "blank name, malformed "
                               "e-mail (student_field_invalid)"}})
 def create_student(body: StudentCreate, session: SessionDep, principal: InstructorOnly,
-                   now: NowDep) -> StudentCreated:
+                   now: NowDep, settings: SettingsDep,
+                   idempotency_key: IdempotencyKeyDep = None) -> StudentCreated | JSONResponse:
     """Create a student and return their token (only a hash of it is stored). Names are
-    unique ignoring case and surrounding spaces; e-mails and roster ids are unique too."""
+    unique ignoring case and surrounding spaces; e-mails and roster ids are unique too.
+    With an `Idempotency-Key`, a retry of the same request returns the first answer (the
+    same student and token) instead of 409."""
+    claim = idempotent.begin(
+        session, principal=principal, key=idempotency_key, settings=settings, now=now,
+        request_sha256=idempotency.fingerprint(
+            "POST /api/v1/students", idempotency.canonical_json(body.model_dump(mode="json"))))
+    if isinstance(claim, JSONResponse):
+        return claim
     created = service.create_student(session, name=body.name, email=body.email,
                                      external_id=body.external_id, now=now,
                                      actor=principal.actor)
     student = created.student
-    return StudentCreated(id=student.id, name=student.name, token=created.token,
-                          email=student.email, external_id=student.external_id)
+    answer = StudentCreated(id=student.id, name=student.name, token=created.token,
+                            email=student.email, external_id=student.external_id)
+    idempotent.finish(session, claim, status_code=201, body=answer.model_dump(mode="json"))
+    return answer
 
 
 @router.get("", response_model=list[StudentRead])
@@ -78,7 +91,7 @@ def import_roster(
 
 @router.get("/{student_id}", response_model=StudentRead,
             responses={404: {"model": ErrorResponse}})
-def read_student(student_id: int, session: SessionDep, _: StaffOnly) -> StudentRead:
+def read_student(student_id: StudentId, session: SessionDep, _: StaffOnly) -> StudentRead:
     """One student (staff)."""
     student = repository.get_student(session, student_id=student_id)
     if student is None:
@@ -88,7 +101,7 @@ def read_student(student_id: int, session: SessionDep, _: StaffOnly) -> StudentR
 
 @router.post("/{student_id}/token", response_model=TokenIssued,
              responses={404: {"model": ErrorResponse}})
-def rotate_student_token(student_id: int, session: SessionDep, principal: InstructorOnly,
+def rotate_student_token(student_id: StudentId, session: SessionDep, principal: InstructorOnly,
                          now: NowDep) -> TokenIssued:
     """Give the student a new token (a lost or leaked one stops working at once)."""
     issued = service.rotate_student_token(session, student_id=student_id,

@@ -4,23 +4,36 @@ and export one in Gradescope's results.json format."""
 
 from __future__ import annotations
 
+import datetime as dt
+import hashlib
+import time
+from contextlib import contextmanager
 from typing import Annotated
 from urllib.parse import quote
 
-from fastapi import APIRouter, Query, status
-from fastapi.responses import PlainTextResponse
+import anyio
+from fastapi import APIRouter, Query, Request, status
+from fastapi.responses import JSONResponse, PlainTextResponse
 
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
+from api import idempotent
+from api.admission import Admission
 from api.deps import (
+    BearerToken,
     CurrentPrincipal,
+    IdempotencyKeyDep,
     CurrentStudent,
     NowDep,
     Principal,
     SessionDep,
     SettingsDep,
     StaffOnly,
+    principal_for_token,
+    session_scope,
 )
+from api.params import MAX_DB_INT, Offset, SubmissionId
 from api.presenters import grading_read, submission_read
 from api.schemas import (
     DisqualifyRequest,
@@ -34,12 +47,17 @@ from api.schemas import (
 )
 from api.uploads import UPLOAD_OPENAPI, UploadDep
 from api.views import submission_summaries
-from submissions import assignments, exports, moderation, repository, service
-from submissions.errors import StudentNotFound
+from submissions import assignments, exports, idempotency, moderation, repository, service
+from submissions.errors import Overloaded, StudentNotFound
 from submissions.exports import GradescopeResults
 from submissions.models import Submission
 
 router = APIRouter(prefix="/api/v1/submissions", tags=["submissions"])
+
+#: Longest long-poll of `read_submission` (seconds).
+MAX_WAIT_S = 60
+#: Statuses that never change by themselves (a long-poll on one answers at once).
+TERMINAL_STATUSES = frozenset({"passed", "failed", "error"})
 
 _UPLOAD_ERRORS = {
     401: {"model": ErrorResponse, "description": "missing or invalid token"},
@@ -64,12 +82,22 @@ _NOT_FOUND = {404: {"model": ErrorResponse, "description": "submission_not_found
     openapi_extra=UPLOAD_OPENAPI,
 )
 def create_submission(
-    upload: UploadDep, student: CurrentStudent, session: SessionDep, settings: SettingsDep,
-    now: NowDep,
-) -> SubmissionCreated:
+    upload: UploadDep, principal: CurrentPrincipal, student: CurrentStudent,
+    session: SessionDep, settings: SettingsDep, now: NowDep,
+    idempotency_key: IdempotencyKeyDep = None,
+) -> SubmissionCreated | JSONResponse:
     """Validate and queue an uploaded file (multipart field `file`, optional `assignment`).
-    Returns 202: a worker grades it later; poll `GET /api/v1/submissions/{id}`. The answer
-    says whether the upload is late and how many submissions are used."""
+    Returns 202: a worker grades it later; poll `GET /api/v1/submissions/{id}?wait=30`. The
+    answer says whether the upload is late and how many submissions are used. With an
+    `Idempotency-Key`, a retry of the same upload returns the first answer (the same
+    submission id) and is neither stored nor counted again."""
+    claim = idempotent.begin(
+        session, principal=principal, key=idempotency_key, settings=settings, now=now,
+        request_sha256=idempotency.fingerprint(
+            "POST /api/v1/submissions", upload.assignment, upload.client_filename or "",
+            hashlib.sha256(upload.content).hexdigest()))
+    if isinstance(claim, JSONResponse):
+        return claim
     queued = service.create_submission(
         session,
         student=student,
@@ -79,13 +107,15 @@ def create_submission(
         settings=settings,
         now=now,
     )
-    return SubmissionCreated(
+    answer = SubmissionCreated(
         id=queued.submission.id, status=queued.submission.current_grading.status
         if queued.submission.current_grading else "queued",
         assignment=queued.submission.assignment, late=queued.submission.is_late,
         due_at=queued.assignment.due_at, submissions_used=queued.used,
         max_submissions=queued.assignment.max_submissions,
     )
+    idempotent.finish(session, claim, status_code=202, body=answer.model_dump(mode="json"))
+    return answer
 
 
 @router.get("", response_model=SubmissionList)
@@ -93,11 +123,12 @@ def list_submissions(
     principal: CurrentPrincipal,
     session: SessionDep,
     now: NowDep,
-    student_id: Annotated[int | None, Query(description="staff only: filter")] = None,
+    student_id: Annotated[int | None, Query(ge=1, le=MAX_DB_INT,
+                                              description="staff only: filter")] = None,
     assignment: Annotated[str | None, Query(max_length=100)] = None,
     status: Annotated[Status | None, Query(description="current grading's status")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
 ) -> SubmissionList:
     """The caller's submissions, newest first; staff see all (or one student's)."""
     if principal.is_staff:
@@ -118,30 +149,81 @@ def _visible(session: Session, submission_id: int, principal: Principal) -> Subm
         session, submission_id=submission_id, viewer_student_id=principal.student_id)
 
 
-@router.get("/{submission_id}", response_model=SubmissionRead, responses=_NOT_FOUND)
-def read_submission(
-    submission_id: int, principal: CurrentPrincipal, session: SessionDep, now: NowDep
-) -> SubmissionRead:
-    """Status, per-check verdicts, error, benchmark, log, score, lateness and
-    disqualification of the current grading. Another student's submission is reported as
-    not found."""
+def _submission_view(session: Session, submission_id: int, principal: Principal,
+                     now: dt.datetime) -> SubmissionRead:
+    """The submission as `principal` may read it (SubmissionNotFound otherwise)."""
     submission = _visible(session, submission_id, principal)
     row = assignments.load(session, name=submission.assignment, now=now)
     return submission_read(submission, policy=assignments.points_policy(row),
                            due_at=row.due_at, staff_view=principal.is_staff)
 
 
-@router.get("/{submission_id}/source", response_class=PlainTextResponse, responses=_NOT_FOUND)
+@router.get(
+    "/{submission_id}", response_model=SubmissionRead,
+    responses={**_NOT_FOUND, 503: {"model": ErrorResponse, "description": "overloaded "
+                                   "(see Retry-After)"}},
+)
+async def read_submission(
+    request: Request, submission_id: SubmissionId, token: BearerToken, now: NowDep,
+    wait: Annotated[int, Query(ge=0, le=MAX_WAIT_S, description=(
+        "long-poll: seconds (0 to 60) to wait for the status to change; the answer comes as "
+        "soon as it changes (within about a second) or when the wait ends, with the status "
+        "then. 0 (the default) answers at once. A finished submission answers at once."
+    ))] = 0,
+) -> SubmissionRead:
+    """Status, per-check verdicts, error, benchmark, log, score, lateness and
+    disqualification of the current grading. Another student's submission is reported as
+    not found. With `wait`, a long-poll that holds no thread and no database connection
+    while it waits (it rereads the status every `GRADER_LONG_POLL_INTERVAL_S` seconds)."""
+    state = request.app.state
+    admission: Admission = state.admission
+
+    # Not SessionDep/CurrentPrincipal: a request-scoped session would keep its connection (and
+    # its transaction) for the whole wait. Each read is one short session of its own, in the
+    # thread pool, that checks the token again.
+    def read() -> SubmissionRead:
+        with contextmanager(session_scope)(state.session_factory) as session:
+            principal = principal_for_token(session, token=token, settings=state.settings)
+            return _submission_view(session, submission_id, principal, now)
+
+    if wait == 0:  # admitted as an ordinary request: it holds an `api` place already
+        return await run_in_threadpool(read)
+    with admission.read_slot():  # Overloaded (503) when no place is free
+        first = await run_in_threadpool(read)
+    latest = first
+    deadline = time.monotonic() + wait
+    interval = state.settings.long_poll_interval_s
+    while latest.status == first.status and latest.status not in TERMINAL_STATUSES:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or await request.is_disconnected():
+            break
+        await anyio.sleep(min(interval, remaining))
+        try:
+            with admission.read_slot():
+                latest = await run_in_threadpool(read)
+        except Overloaded:
+            continue  # saturated: skip this reread, the wait goes on
+    return latest
+
+
+class PythonSourceResponse(PlainTextResponse):
+    """A stored source file: ``text/x-python; charset=utf-8`` (also in the OpenAPI
+    document)."""
+
+    media_type = "text/x-python"
+
+
+@router.get("/{submission_id}/source", response_class=PythonSourceResponse,
+            responses=_NOT_FOUND)
 def read_submission_source(
-    submission_id: int, principal: CurrentPrincipal, session: SessionDep
-) -> PlainTextResponse:
+    submission_id: SubmissionId, principal: CurrentPrincipal, session: SessionDep
+) -> PythonSourceResponse:
     """The stored source text (its owner, or staff); its sha256 is in `X-Source-SHA256`
     and the uploaded file name in `Content-Disposition`."""
     submission = _visible(session, submission_id, principal)
     filename = submission.original_filename or f"{submission.assignment}.py"
-    return PlainTextResponse(
+    return PythonSourceResponse(
         submission.source_text,
-        media_type="text/x-python; charset=utf-8",
         headers={"X-Source-SHA256": submission.source_sha256,
                  "Content-Disposition": _inline_filename(filename)},
     )
@@ -154,7 +236,7 @@ def _inline_filename(filename: str) -> str:
 
 @router.get("/{submission_id}/gradings", response_model=GradingList, responses=_NOT_FOUND)
 def list_gradings(
-    submission_id: int, principal: CurrentPrincipal, session: SessionDep, now: NowDep
+    submission_id: SubmissionId, principal: CurrentPrincipal, session: SessionDep, now: NowDep
 ) -> GradingList:
     """Every grading of the submission, oldest first: its upload's, regrades (with the
     grader version that produced each) and final ranking runs. Seeds are staff-only."""
@@ -170,7 +252,7 @@ def list_gradings(
 @router.get("/{submission_id}/gradescope", response_model=GradescopeResults,
             responses=_NOT_FOUND)
 def export_gradescope(
-    submission_id: int, principal: CurrentPrincipal, session: SessionDep, now: NowDep
+    submission_id: SubmissionId, principal: CurrentPrincipal, session: SessionDep, now: NowDep
 ) -> GradescopeResults:
     """The current grading in Gradescope's autograder results.json format (tests with
     name, score, max_score, status, output, visibility; top-level score). Its owner or
@@ -185,24 +267,24 @@ def export_gradescope(
              responses={**_NOT_FOUND, 409: {"model": ErrorResponse,
                                             "description": "already_disqualified"}})
 def disqualify_submission(
-    submission_id: int, body: DisqualifyRequest, principal: StaffOnly, session: SessionDep,
+    submission_id: SubmissionId, body: DisqualifyRequest, principal: StaffOnly, session: SessionDep,
     now: NowDep,
 ) -> SubmissionRead:
     """Disqualify (staff): hidden from rankings, final runs and scores; its owner sees it
     with the reason. Audited."""
     moderation.disqualify(session, submission_id=submission_id, reason=body.reason,
                           actor=principal.actor, now=now)
-    return read_submission(submission_id, principal, session, now)
+    return _submission_view(session, submission_id, principal, now)
 
 
 @router.post("/{submission_id}/restore", response_model=SubmissionRead,
              responses={**_NOT_FOUND, 409: {"model": ErrorResponse,
                                             "description": "not_disqualified"}})
 def restore_submission(
-    submission_id: int, body: RestoreRequest, principal: StaffOnly, session: SessionDep,
+    submission_id: SubmissionId, body: RestoreRequest, principal: StaffOnly, session: SessionDep,
     now: NowDep,
 ) -> SubmissionRead:
     """Lift a disqualification (staff). Audited."""
     moderation.restore(session, submission_id=submission_id, reason=body.reason,
                        actor=principal.actor, now=now)
-    return read_submission(submission_id, principal, session, now)
+    return _submission_view(session, submission_id, principal, now)

@@ -13,12 +13,14 @@ Callers import the package (``from submissions import repository``) and call
 - `regrades`, `final_runs`: gradings staff add to submissions.
 - `standings`: the queries behind the leaderboard and the grade exports.
 - `audit`: the staff action log.
+- `idempotency`: stored first answers of POSTs sent with an Idempotency-Key.
 - `workers`, `observability`: heartbeats, health and metrics.
 """
 
 from submissions.repository.assignments import *  # noqa: F403
 from submissions.repository.audit import *  # noqa: F403
 from submissions.repository.final_runs import *  # noqa: F403
+from submissions.repository.idempotency import *  # noqa: F403
 from submissions.repository.observability import *  # noqa: F403
 from submissions.repository.queue import *  # noqa: F403
 from submissions.repository.regrades import *  # noqa: F403

@@ -162,6 +162,8 @@ def app_factory(session_factory: sessionmaker[Session]) -> Callable[..., TestCli
             yield from session_scope(session_factory)
 
         app.dependency_overrides[get_db_session] = override_session
+        # The middleware (token before body) and the long-poll open their own sessions.
+        app.state.session_factory = session_factory
         client = TestClient(app)
         clients.append(client)
         return client

@@ -15,6 +15,7 @@ from api.deps import NowDep, SessionDep, SettingsDep
 from api.pages.rendering import PageRoute, redirect, render
 from api.pages.report import build_report
 from api.pages.security import StudentViewer, Viewer, ViewerDep, check_csrf
+from api.params import MAX_DB_INT
 from api.presenters import grading_read, submission_read
 from api.schemas import AssignmentRead, Status
 from api.uploads import UploadDep
@@ -28,8 +29,8 @@ router = APIRouter(route_class=PageRoute, include_in_schema=False, tags=["pages"
 
 #: Submissions per history page.
 PAGE_SIZE = 50
-#: Ids and offsets fit PostgreSQL's INTEGER (a larger one is a 422 page, never a 500).
-MAX_DB_INT = 2**31 - 1
+#: Ids and offsets fit PostgreSQL's INTEGER (a larger one is a 422 page, never a 500;
+#: api/params.py).
 SubmissionId = Annotated[int, Path(ge=1, le=MAX_DB_INT)]
 
 

@@ -1,5 +1,6 @@
 // Kernel grader pages: progressive enhancement only. Every page works without this file;
-// with it, the upload page also takes a dropped file. Live status is htmx (hx-trigger).
+// with it, the upload page also takes a dropped file, and live status polls (htmx,
+// hx-trigger) back off when the server is busy.
 (function () {
   "use strict";
   document.documentElement.classList.remove("no-js");
@@ -32,6 +33,32 @@
     });
     input.addEventListener("change", function () { show(input.files); });
   }
+
+  // Live polls (hx-trigger="every Ns") back off when the server is busy: after a 503, 502,
+  // 504 or no answer, the element skips its polls for Retry-After seconds plus a random
+  // jitter whose bound doubles with each failure (at most 60 s); an answer resets it (a
+  // successful poll replaces the element). docs/reliability.md, "Client".
+  var pausedUntil = new WeakMap();
+  var failures = new WeakMap();
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var until = pausedUntil.get(event.detail.elt);
+    if (until && Date.now() < until) event.preventDefault();
+  });
+  document.addEventListener("htmx:afterRequest", function (event) {
+    var elt = event.detail.elt;
+    var xhr = event.detail.xhr;
+    var status = xhr ? xhr.status : 0;
+    if (status === 0 || status === 502 || status === 503 || status === 504) {
+      var count = (failures.get(elt) || 0) + 1;
+      failures.set(elt, count);
+      var after = parseInt(xhr ? xhr.getResponseHeader("Retry-After") : "", 10);
+      var wait = (isNaN(after) ? 0 : after) + Math.random() * Math.min(60, 2 * Math.pow(2, count));
+      pausedUntil.set(elt, Date.now() + wait * 1000);
+    } else {
+      failures.delete(elt);
+      pausedUntil.delete(elt);
+    }
+  });
 
   if (document.readyState === "loading") {
     document.addEventListener("DOMContentLoaded", setUpDropzone);
