@@ -238,11 +238,27 @@ class Faults:
         self.stack.workers[0].send_signal(signal.SIGKILL)
         self.stack.workers[0].wait()
         time.sleep(2)
+        killed = time.monotonic()
+        time.sleep(2)
         self.stack.restarts += 1
         new_id = self.stack.start_worker(0)
         self.events.append(FaultEvent(fault="sigkill_worker", at_s=at, duration_s=2.0, detail={
             "killed_worker_id": worker_id, "grading_submission_id": submission_id,
-            "restarted_as": new_id}))
+            "restarted_as": new_id,
+            "healthz_dead_after_s": self._healthz_dead_after(worker_id, killed)}))
+
+    def _healthz_dead_after(self, worker_id: str, killed: float) -> float | None:
+        """Seconds from the SIGKILL until /healthz reports `worker_id` not alive (None if
+        not seen within 120 s)."""
+        while time.monotonic() - killed < 120 and not self.stop.is_set():
+            try:
+                workers = httpx.get(f"{self.stack.base_url}/healthz", timeout=5).json()["workers"]
+                if any(w["worker_id"] == worker_id and not w["alive"] for w in workers):
+                    return round(time.monotonic() - killed, 1)
+            except (httpx.HTTPError, ValueError, KeyError):
+                pass
+            time.sleep(0.5)
+        return None
 
     def cut_db(self) -> None:
         """Cut the proxy between every service process and PostgreSQL for --cut-db-s."""
