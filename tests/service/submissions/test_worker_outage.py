@@ -180,3 +180,16 @@ def test_a_spooled_result_survives_a_sigkilled_worker_and_is_stored_by_the_next(
     assert len(_lines(runs)) == 1, "the finished grading was graded again"
     assert survivor.returncode == 0, (tmp_path / "survivor.log").read_text()[-2000:]
     assert "storing the result spooled by doomed" in (tmp_path / "survivor.log").read_text()
+
+
+def test_retry_pauses_grow_exponentially_with_jitter_up_to_the_cap() -> None:
+    import itertools
+    import random
+
+    from submissions.worker import backoff_delays
+
+    delays = list(itertools.islice(backoff_delays(0.2, 10.0, random.Random(7)), 12))
+    bounds = [min(10.0, 0.2 * 2**n) for n in range(12)]
+    assert all(bound / 2 <= delay <= bound for delay, bound in zip(delays, bounds, strict=True))
+    assert len(set(delays)) == len(delays)  # jittered, not in step
+    assert sum(delays[:3]) < 1.4 and max(delays) <= 10.0 and delays[-1] >= 5.0
