@@ -356,7 +356,8 @@ async def run_load(config: LoadConfig, *, instructor_token: str,
         log(f"recovery: {recovery_s} s")
 
         # 5. duplicates, as the instructor sees the submissions
-        duplicates = await count_duplicates(client, instructor, acknowledged)
+        duplicates = await count_duplicates(client, instructor, {s for s, _t in tokens.items()},
+                                            acknowledged)
     finally:
         await client.close()
 
@@ -402,10 +403,18 @@ async def measure_recovery(client: LoadClient, config: LoadConfig, tokens: dict[
     return None
 
 
-async def count_duplicates(client: LoadClient, instructor: str,
+def surplus_by_student(stored: dict[int, list[int]], acknowledged: dict[int, list[int]]
+                       ) -> dict[int, int]:
+    """Per student, stored submissions beyond the acknowledged ones (students with a
+    surplus only; a student with no acknowledged upload counts all it has stored)."""
+    surplus = {s: len(ids) - len(acknowledged.get(s, [])) for s, ids in stored.items()}
+    return {s: n for s, n in surplus.items() if n > 0}
+
+
+async def count_duplicates(client: LoadClient, instructor: str, student_ids: set[int],
                            acknowledged: dict[int, list[int]]) -> Duplicates:
-    """Stored vs acknowledged submissions per student (instructor listing), and the sources
-    of students with a surplus."""
+    """Stored vs acknowledged submissions of the load's students (`student_ids`, the
+    instructor's listing), and the sources of students with a surplus."""
     acked = sum(len(v) for v in acknowledged.values())
     stored: dict[int, list[int]] = defaultdict(list)
     offset, complete = 0, True
@@ -417,7 +426,7 @@ async def count_duplicates(client: LoadClient, instructor: str,
             break
         page = response.json()["submissions"]
         for row in page:
-            if row["student_id"] in acknowledged:
+            if row["student_id"] in student_ids:
                 stored[row["student_id"]].append(row["id"])
         if len(page) < 500:
             break
@@ -425,7 +434,8 @@ async def count_duplicates(client: LoadClient, instructor: str,
     if not complete:
         return Duplicates(submissions_on_server=None, acknowledged=acked, surplus=None,
                           students_with_surplus=[], same_content_twice=None)
-    surplus_students = [s for s in stored if len(stored[s]) > len(acknowledged.get(s, []))]
+    surplus = surplus_by_student(stored, acknowledged)
+    surplus_students = sorted(surplus)
     same_content = 0
     for student_id in surplus_students:
         seen: set[str] = set()
@@ -438,8 +448,8 @@ async def count_duplicates(client: LoadClient, instructor: str,
             seen.add(text)
     return Duplicates(
         submissions_on_server=sum(len(v) for v in stored.values()), acknowledged=acked,
-        surplus=sum(max(0, len(stored[s]) - len(acknowledged.get(s, []))) for s in stored),
-        students_with_surplus=sorted(surplus_students), same_content_twice=same_content)
+        surplus=sum(surplus.values()), students_with_surplus=surplus_students,
+        same_content_twice=same_content)
 
 
 def main(argv: list[str] | None = None) -> int:
