@@ -119,7 +119,16 @@ class Settings(BaseSettings):
     )
     max_attempts: int = Field(3, ge=1, description="gradings tried before an infrastructure error")
     poll_interval_s: float = Field(1.0, gt=0)
-    worker_stale_after_s: float = Field(120.0, gt=0, description="healthz: heartbeat age limit")
+    worker_stale_after_s: float | None = Field(
+        None, gt=0, description="healthz: heartbeat age limit; default 3 heartbeat intervals"
+    )
+    # Durable results: a finished grading waits in this folder while the database is down.
+    worker_spool_dir: Path | None = Field(
+        None, description="default: worker-spool/ beside the default SQLite database"
+    )
+    record_retry_max_s: float = Field(
+        10.0, gt=0, description="cap on the backoff between two tries to store a result"
+    )
 
     # How a worker runs the grader.
     grade_command: Annotated[list[str], NoDecode] = Field(default_factory=default_grade_command)
@@ -176,6 +185,18 @@ class Settings(BaseSettings):
     def api_max_in_flight(self) -> int:
         """Requests needing a thread (and so perhaps a connection) admitted at once."""
         return max(1, self.api_threads - self.api_health_reserve)
+
+    @property
+    def worker_stale_after(self) -> float:
+        """Seconds after its last heartbeat at which /healthz reports a worker dead:
+        ``worker_stale_after_s`` if set, else 3 heartbeat intervals (`lease_renewal_s`)."""
+        return self.worker_stale_after_s or 3 * self.lease_renewal_s
+
+    @property
+    def result_spool_dir(self) -> Path:
+        """Where a worker keeps finished gradings until they are stored:
+        ``worker_spool_dir`` if set, else ``worker-spool/`` beside `default_sqlite_path()`."""
+        return self.worker_spool_dir or default_sqlite_path().parent / "worker-spool"
 
     @property
     def is_sqlite(self) -> bool:

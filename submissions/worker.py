@@ -6,17 +6,27 @@ GPU. Workers on many hosts can share one PostgreSQL database.
 
 Transactions belong to this module's job wrapper: each step (sweep, claim, record) is one
 short transaction; no transaction is open while the grader runs.
+
+A finished grading is never thrown away because the database is briefly unreachable: it is
+spooled to a local file (submissions/spool.py), then stored with retries (capped exponential
+backoff with jitter) while the heartbeat thread keeps renewing the lease; the file is
+deleted once the database has the result. A worker that stops (or is killed) before that
+leaves the file, and the next worker started on the host stores it before claiming
+anything. The store is fenced in the database (`repository.store_finished_grading`): a
+result arriving after the lease was lost is still stored if nobody finished the grading,
+and never twice.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import random
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -25,15 +35,28 @@ from sqlalchemy.orm import Session, sessionmaker
 from submissions import repository
 from submissions.grading import GradingCancelled, InfrastructureFailure, run_grader
 from submissions.models import utc_now
-from submissions.repository import ClaimedJob
+from submissions.repository import ClaimedJob, FinishedGradingWrite
 from submissions.service import derive_grading_seed
 from submissions.settings import Settings
+from submissions.spool import ResultSpool, SpooledResult
 
 logger = logging.getLogger("submissions.worker")
 
-#: How often a failed database write of a finished grading is retried before giving up
-#: (the lease then expires and the job is graded again).
-RECORD_RETRIES = 3
+#: First pause (seconds) before retrying a failed database write; it doubles on each
+#: failure up to ``settings.record_retry_max_s``, each pause drawn uniformly from its upper
+#: half (jitter, so that workers do not retry in step when the database returns).
+RECORD_RETRY_FIRST_S = 0.2
+
+
+def backoff_delays(first_s: float, max_s: float, rng: random.Random | None = None
+                   ) -> Iterator[float]:
+    """Endless pauses (seconds) for retries: ``min(max_s, first_s * 2**n)``, each drawn
+    uniformly from ``[d/2, d]``."""
+    rng = rng or random.Random()
+    delay = first_s
+    while True:
+        yield rng.uniform(delay / 2, delay)
+        delay = min(max_s, delay * 2)
 
 
 def default_worker_id() -> str:
@@ -70,6 +93,7 @@ class Worker:
         self._lock = threading.Lock()
         self._current: _CurrentJob | None = None
         self._stop = threading.Event()
+        self.spool = ResultSpool(settings.result_spool_dir, database_url=settings.database_url)
 
     # ------------------------------------------------------------------ public loop
 
@@ -82,6 +106,7 @@ class Worker:
         heartbeat.start()
         logger.info("worker %s started", self.worker_id)
         try:
+            self.flush_spool()
             while not self._stop.is_set():
                 try:
                     processed = self.process_next_job()
@@ -106,6 +131,22 @@ class Worker:
         current = self._current
         if current is not None:
             current.cancel.set()
+
+    def flush_spool(self) -> int:
+        """Store the results spooled by earlier workers on this host for this database
+        (before claiming anything). Retries while the database is unreachable, until it
+        answers or `request_stop()` is called; returns how many files were settled
+        (stored, or found already finished and deleted)."""
+        settled = 0
+        for result in self.spool.pending():
+            logger.info(
+                "submission %s: storing the result spooled by %s",
+                result.submission_id, result.worker_id,
+            )
+            if self._store_durably(result):
+                self.spool.remove(result)
+                settled += 1
+        return settled
 
     def process_next_job(self) -> bool:
         """Sweep expired leases, claim one job and grade it. Returns False if the queue was
@@ -168,15 +209,17 @@ class Worker:
                 )
                 return
             logger.info("submission %s: %s", job.submission_id, outcome.status)
-            self._record(
-                job,
-                lambda session: repository.record_grading_outcome(
-                    session,
+            self._keep_result(
+                SpooledResult(
+                    database=self.spool.database,
+                    worker_id=self.worker_id,
+                    grading_id=job.grading_id,
                     submission_id=job.submission_id,
                     lease_token=job.lease_token,
+                    attempt=job.attempt,
+                    finished_at=utc_now(),
                     outcome=outcome,
-                    now=utc_now(),
-                ),
+                )
             )
         finally:
             with self._lock:
@@ -216,10 +259,92 @@ class Worker:
             ),
         )
 
+    def _keep_result(self, result: SpooledResult) -> None:
+        """Spool a finished grading, store it (retrying through database outages while the
+        heartbeat renews the lease), then delete the spool file. If the worker is asked to
+        stop before the database takes it, the file stays for the next worker."""
+        try:
+            self.spool.put(result)
+            spooled = True
+        except OSError:
+            logger.exception(
+                "submission %s: cannot spool the result to %s; storing it without a spool",
+                result.submission_id, self.spool.directory,
+            )
+            spooled = False
+        if self._store_durably(result):
+            if spooled:
+                self.spool.remove(result)
+        elif spooled:
+            logger.warning(
+                "submission %s: stopping before the database took the result; it stays in %s",
+                result.submission_id, self.spool.path_for(result),
+            )
+        else:
+            logger.error(
+                "submission %s: stopping before the database took the result, and it could "
+                "not be spooled: it will be graded again", result.submission_id,
+            )
+
+    def _store_durably(self, result: SpooledResult) -> bool:
+        """Store `result` (fenced: `repository.store_finished_grading`), retrying database
+        errors with capped exponential backoff and jitter. Returns True once the database
+        has settled it (stored, or found already finished), False if `request_stop()` came
+        first."""
+        delays = backoff_delays(RECORD_RETRY_FIRST_S, self.settings.record_retry_max_s)
+        tries = 0
+        started = time.monotonic()
+        while True:
+            tries += 1
+            try:
+                with self.session_factory.begin() as session:
+                    written = repository.store_finished_grading(
+                        session,
+                        grading_id=result.grading_id,
+                        submission_id=result.submission_id,
+                        lease_token=result.lease_token,
+                        attempt=result.attempt,
+                        worker_id=result.worker_id,
+                        outcome=result.outcome,
+                        now=result.finished_at,
+                    )
+            except SQLAlchemyError as exc:
+                delay = next(delays)
+                logger.warning(
+                    "submission %s: storing the result failed (try %s, %.1f s so far; "
+                    "next in %.1f s): %s",
+                    result.submission_id, tries, time.monotonic() - started, delay,
+                    str(exc).splitlines()[0][:200],
+                )
+                if self._stop.wait(delay):
+                    return False
+                continue
+            if written is FinishedGradingWrite.ALREADY_FINISHED:
+                logger.warning(
+                    "submission %s: the grading was already finished elsewhere; result discarded",
+                    result.submission_id,
+                )
+            elif written is FinishedGradingWrite.STORED_AFTER_LEASE_LOSS:
+                logger.warning(
+                    "submission %s: result stored after the lease was lost (try %s)",
+                    result.submission_id, tries,
+                )
+            elif tries > 1:
+                logger.info(
+                    "submission %s: result stored on try %s after %.1f s",
+                    result.submission_id, tries, time.monotonic() - started,
+                )
+            return True
+
     def _record(self, job: ClaimedJob, write: Callable[[Session], object]) -> None:
-        """Run `write` in one transaction, retrying database errors a few times. If it
-        still fails, the job is left running; its lease expires and it is graded again."""
-        for attempt in range(1, RECORD_RETRIES + 1):
+        """Run `write` (an infrastructure failure or a hand-back; fenced by the lease token)
+        in one transaction, retrying database errors with capped exponential backoff and
+        jitter for up to one lease length, or until `request_stop()`. If it still fails, the
+        job is left running; its lease expires and the sweep re-queues it, which is what
+        either write would have done."""
+        delays = backoff_delays(RECORD_RETRY_FIRST_S, self.settings.record_retry_max_s)
+        deadline = time.monotonic() + self.settings.lease_s
+        while True:
             try:
                 with self.session_factory.begin() as session:
                     written = write(session)
@@ -230,11 +355,14 @@ class Worker:
                     )
                 return
             except SQLAlchemyError:
-                logger.exception(
-                    "submission %s: storing the outcome failed (try %s/%s)",
-                    job.submission_id, attempt, RECORD_RETRIES,
-                )
-                time.sleep(min(2.0, 0.2 * attempt))
+                logger.exception("submission %s: storing the outcome failed", job.submission_id)
+                delay = next(delays)
+                if time.monotonic() + delay > deadline or self._stop.wait(delay):
+                    logger.error(
+                        "submission %s: giving up; the lease will expire and the sweep "
+                        "re-queues the job", job.submission_id,
+                    )
+                    return
 
     # ------------------------------------------------------------------ heartbeat
 

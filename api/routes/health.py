@@ -21,8 +21,12 @@ router = APIRouter(tags=["health"])
 @router.get("/healthz", response_model=Health, responses={503: {"model": Health}})
 def read_health(session: SessionDep, settings: SettingsDep) -> Health | JSONResponse:
     """200 when the database answers (`status` is `degraded` when no worker has sent a
-    heartbeat recently); 503 when the database is unreachable."""
-    cutoff = utc_now() - dt.timedelta(seconds=settings.worker_stale_after_s)
+    heartbeat recently); 503 when the database is unreachable.
+
+    A worker is `alive` while its last heartbeat is younger than
+    ``settings.worker_stale_after`` (3 heartbeat intervals unless configured), so a killed
+    worker shows as dead within 3 heartbeats."""
+    cutoff = utc_now() - dt.timedelta(seconds=settings.worker_stale_after)
     try:
         repository.ping(session)
         queue_depth = repository.count_queued_gradings(session)
@@ -46,5 +50,5 @@ def read_health(session: SessionDep, settings: SettingsDep) -> Health | JSONResp
 def read_metrics(session: SessionDep, settings: SettingsDep) -> Response:
     """Prometheus text format: queue depth, submissions by status, gradings by verdict,
     grading duration histogram, live workers."""
-    registry = build_registry(session, worker_stale_after_s=settings.worker_stale_after_s)
+    registry = build_registry(session, worker_stale_after_s=settings.worker_stale_after)
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -19,6 +19,10 @@ Concurrency model:
   perhaps claimed by another worker), the old worker's write matches no row and is
   discarded; so a job's stored outcome is written exactly once, and the old worker stops
   grading when its renewal fails.
+- One exception to the token fence, for results only: a worker whose lease was lost while
+  it could not reach the database (an outage longer than the lease) still stores its
+  finished grading if nobody finished it since (`store_finished_grading`, fenced by status
+  and ``attempts``); it clears the token, which fences out any worker that re-claimed it.
 - Expired leases are swept by any worker before it claims: the job goes back to ``queued``
   (or to ``error`` with kind ``infrastructure`` once ``max_attempts`` claims were used).
 - Which grading *counts* for a submission (``is_current``) is decided elsewhere: a
@@ -34,6 +38,7 @@ assumed to have synchronised clocks, e.g. NTP; leases are tens of seconds long).
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -56,6 +61,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ClaimedJob",
     "ExpiredLeaseSweep",
+    "FinishedGradingWrite",
     "PRIORITY_STAFF",
     "PRIORITY_UPLOAD",
     "claim_next_submission",
@@ -65,6 +71,7 @@ __all__ = [
     "release_claim",
     "renew_lease",
     "requeue_expired_leases",
+    "store_finished_grading",
 ]
 
 #: Claim priorities (lower first).
@@ -256,46 +263,31 @@ def requeue_expired_leases(
     return ExpiredLeaseSweep(requeued=list(requeued), abandoned=list(abandoned))
 
 
-def record_grading_outcome(
-    session: Session,
-    *,
-    submission_id: int,
-    lease_token: str,
-    outcome: GradingOutcome,
-    now: dt.datetime,
-) -> bool:
-    """Store a finished grading (status, error, result document, benchmark, log, grader
-    version) and one `CheckVerdict` row per check. Returns False, writing nothing, if the
-    lease is no longer held. The caller commits (or rolls back) everything as one
-    transaction."""
+def _outcome_values(outcome: GradingOutcome, now: dt.datetime) -> dict[str, object]:
+    """The ``gradings`` columns a finished grading sets (the lease is released)."""
     grader_version = (outcome.versions or {}).get("grader")
-    grading_id = session.scalars(
-        update(Grading)
-        .where(_held_lease(submission_id, lease_token))
-        .values(
-            status=outcome.status,
-            error_kind=outcome.error_kind,
-            error_message=outcome.error_message,
-            result=outcome.result_document,
-            benchmark=outcome.benchmark,
-            headline_speedup=outcome.headline_speedup,
-            versions=outcome.versions,
-            grader_version=None if grader_version is None else str(grader_version)[:100],
-            device=outcome.device,
-            grader_exit_code=outcome.exit_code,
-            grading_duration_s=outcome.duration_s,
-            log_text=outcome.log_text,
-            log_truncated=outcome.log_truncated,
-            grader_stderr=outcome.grader_stderr,
-            lease_token=None,
-            lease_expires_at=None,
-            finished_at=now,
-        )
-        .returning(Grading.id)
-        .execution_options(synchronize_session=False)
-    ).first()
-    if grading_id is None:
-        return False
+    return {
+        "status": outcome.status,
+        "error_kind": outcome.error_kind,
+        "error_message": outcome.error_message,
+        "result": outcome.result_document,
+        "benchmark": outcome.benchmark,
+        "headline_speedup": outcome.headline_speedup,
+        "versions": outcome.versions,
+        "grader_version": None if grader_version is None else str(grader_version)[:100],
+        "device": outcome.device,
+        "grader_exit_code": outcome.exit_code,
+        "grading_duration_s": outcome.duration_s,
+        "log_text": outcome.log_text,
+        "log_truncated": outcome.log_truncated,
+        "grader_stderr": outcome.grader_stderr,
+        "lease_token": None,
+        "lease_expires_at": None,
+        "finished_at": now,
+    }
+
+
+def _store_check_verdicts(session: Session, *, grading_id: int, outcome: GradingOutcome) -> None:
     session.execute(delete(CheckVerdict).where(CheckVerdict.grading_id == grading_id))
     session.add_all(
         CheckVerdict(
@@ -310,7 +302,93 @@ def record_grading_outcome(
         for position, check in enumerate(outcome.checks)
     )
     session.flush()
+
+
+def record_grading_outcome(
+    session: Session,
+    *,
+    submission_id: int,
+    lease_token: str,
+    outcome: GradingOutcome,
+    now: dt.datetime,
+) -> bool:
+    """Store a finished grading (status, error, result document, benchmark, log, grader
+    version) and one `CheckVerdict` row per check. Returns False, writing nothing, if the
+    lease is no longer held. The caller commits (or rolls back) everything as one
+    transaction."""
+    grading_id = session.scalars(
+        update(Grading)
+        .where(_held_lease(submission_id, lease_token))
+        .values(**_outcome_values(outcome, now))
+        .returning(Grading.id)
+        .execution_options(synchronize_session=False)
+    ).first()
+    if grading_id is None:
+        return False
+    _store_check_verdicts(session, grading_id=grading_id, outcome=outcome)
     return True
+
+
+class FinishedGradingWrite(enum.StrEnum):
+    """What `store_finished_grading` did with a finished grading."""
+
+    #: Stored under the lease the worker still held.
+    STORED = "stored"
+    #: The lease was lost (a database outage outlasted it) but nobody had finished the
+    #: grading since: stored, and any later claim of it was fenced out.
+    STORED_AFTER_LEASE_LOSS = "stored_after_lease_loss"
+    #: The grading was already finished (by another worker, or marked ``error`` by the
+    #: lease sweep): nothing written.
+    ALREADY_FINISHED = "already_finished"
+
+
+def store_finished_grading(
+    session: Session,
+    *,
+    grading_id: int,
+    submission_id: int,
+    lease_token: str,
+    attempt: int,
+    worker_id: str,
+    outcome: GradingOutcome,
+    now: dt.datetime,
+) -> FinishedGradingWrite:
+    """Store a grading a worker finished, exactly once, even after its lease was lost.
+
+    First the ordinary write fenced by the lease token (`record_grading_outcome`). If that
+    matches no row, the lease was lost (the database was unreachable for longer than the
+    lease, the sweep re-queued the job, perhaps another worker claimed it): the result is
+    still stored if the grading is unfinished (``queued`` or ``running``) and has not gone
+    back before this worker's claim (``attempts >= attempt``). The write clears
+    ``lease_token``, so a worker that re-claimed the grading fails its next renewal, stops
+    grading and its result matches no row: the grading is finished once, by the first
+    result stored, and a finished grading is never graded again.
+
+    Concurrency: the fence predicates are re-checked under the row lock (PostgreSQL re-reads
+    an updated row in READ COMMITTED; SQLite holds the write lock from BEGIN), so of two
+    workers storing the same grading, the second matches no row. The caller commits.
+    """
+    if record_grading_outcome(
+        session, submission_id=submission_id, lease_token=lease_token, outcome=outcome, now=now
+    ):
+        return FinishedGradingWrite.STORED
+    unfinished = and_(
+        Grading.id == grading_id,
+        Grading.submission_id == submission_id,
+        Grading.status.in_([SubmissionStatus.QUEUED, SubmissionStatus.RUNNING]),
+        Grading.attempts >= attempt,
+    )
+    stored = session.scalars(
+        update(Grading)
+        .where(unfinished)
+        .values(**_outcome_values(outcome, now), worker_id=worker_id)
+        .returning(Grading.id)
+        .execution_options(synchronize_session=False)
+    ).first()
+    if stored is None:
+        return FinishedGradingWrite.ALREADY_FINISHED
+    _store_check_verdicts(session, grading_id=grading_id, outcome=outcome)
+    return FinishedGradingWrite.STORED_AFTER_LEASE_LOSS
 
 
 def record_infrastructure_failure(

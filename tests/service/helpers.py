@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ FAKES = Path(__file__).parent / "fakes"
 FAKE_GRADER = FAKES / "fake_grader.py"
 INSTRUCTOR_TOKEN = "instructor-test-token-0123456789"
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+#: Workers started by tests spool finished results here, never in the checkout's var/.
+TEST_SPOOL_DIR = Path(tempfile.gettempdir()) / f"grader-test-spool-{os.getpid()}"
 
 
 def postgres_admin_url() -> str:
@@ -36,6 +39,7 @@ def make_settings(database_url: str, **overrides: Any) -> Settings:
         "lease_s": 30.0,
         "poll_interval_s": 0.05,
         "grader_timeout_s": 60.0,
+        "worker_spool_dir": str(TEST_SPOOL_DIR),
     }
     values.update(overrides)
     return Settings(_env_file=None, **values)
@@ -168,6 +172,7 @@ def worker_environment(database_url: str, **settings: str) -> dict[str, str]:
         "GRADER_DEPLOYMENT_SEED": "test-deployment-seed",
         "GRADER_GRADE_COMMAND": json.dumps([sys.executable, str(FAKE_GRADER)]),
         "GRADER_POLL_INTERVAL_S": "0.1",
+        "GRADER_WORKER_SPOOL_DIR": str(TEST_SPOOL_DIR),
     })
     env.update({f"GRADER_{k.upper()}": v for k, v in settings.items()})
     return env

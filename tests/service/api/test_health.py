@@ -55,3 +55,54 @@ def test_unreachable_database_is_503_with_a_stable_code() -> None:
         response = client.get("/api/v1/submissions", headers=bearer("some-token"))
         assert response.status_code == 503
         assert response.json()["error"]["code"] == "database_unavailable"
+
+
+def test_a_sigkilled_worker_is_dead_on_healthz_within_3_heartbeats(committed_db, tmp_path) -> None:
+    """A real worker process, heartbeat every 1 s: alive while it runs (no false death over
+    several intervals), dead within 3 intervals of its SIGKILL (it cannot remove its row)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from api.main import create_app
+
+    from ..helpers import wait_until, worker_environment
+
+    interval = 1.0
+    settings = committed_db.settings(heartbeat_interval_s=interval)
+    assert settings.worker_stale_after == 3 * interval
+    env = worker_environment(committed_db.url, heartbeat_interval_s=str(interval))
+    with (tmp_path / "worker.log").open("wb") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "submissions.cli", "worker", "--worker-id", "victim"],
+            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        with TestClient(create_app(settings)) as api:
+            def victim() -> dict | None:
+                return next((w for w in api.get("/healthz").json()["workers"]
+                             if w["worker_id"] == "victim"), None)
+
+            wait_until(lambda: (victim() or {}).get("alive"), timeout=60,
+                       message="the worker's first heartbeat")
+            watch_until = time.monotonic() + 4 * interval
+            while time.monotonic() < watch_until:  # alive all along while it runs
+                assert victim()["alive"], "a running worker was reported dead"
+                time.sleep(0.1)
+            assert api.get("/healthz").json()["status"] == "ok"
+
+            worker.send_signal(signal.SIGKILL)
+            worker.wait(timeout=10)
+            killed_at = time.monotonic()
+            wait_until(lambda: victim()["alive"] is False, timeout=30, interval=0.05,
+                       message="the killed worker to be reported dead")
+            dead_after = time.monotonic() - killed_at
+            assert dead_after <= 3 * interval + 0.5, dead_after
+            body = api.get("/healthz").json()
+            assert body["status"] == "degraded" and victim() is not None
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()

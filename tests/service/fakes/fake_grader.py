@@ -12,7 +12,9 @@ stderr_bytes, record (path: write argv, env names and cwd there as JSON), bench_
 speedup: that many benchmark rows shaped as grader/benchmark/score.py writes them: impls with
 graph medians, floor_s_min, scope), html (1: the check message, error message, traceback and
 captured output carry HTML and <script> tags, for the pages' escaping tests), nan (1: the
-failed check's err/tol is infinity and its max abs error NaN, as for NaN outputs).
+failed check's err/tol is infinity and its max abs error NaN, as for NaN outputs), runs
+(path: append this process's pid, one line per grading started), wait_for (path: wait, up to
+120 s, until it exists, then finish).
 """
 
 from __future__ import annotations
@@ -41,6 +43,13 @@ def main() -> int:
             "argv": sys.argv, "env": sorted(os.environ), "cwd": os.getcwd(),
             "source_name": source_path.name, "stdin_is_devnull": _stdin_is_devnull(),
         }))
+    if "runs" in options:
+        with open(options["runs"], "a") as runs:
+            runs.write(f"{os.getpid()}\n")
+    if "wait_for" in options:
+        deadline = time.monotonic() + 120
+        while not Path(options["wait_for"]).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
     if "sleep_once" in options:
         marker = Path(options["sleep_once"])
         if not marker.exists():

@@ -140,3 +140,88 @@ def test_a_worker_that_lost_its_lease_cannot_write(committed_db) -> None:
         assert [c.name for c in grading.checks] == ["autograd_fp32"]
         assert grading.headline_speedup == 1.2 and grading.lease_token is None
         assert grading.grader_version == "test"
+
+
+# ----------------------------------------------- a result stored after its lease was lost
+
+
+def _claim(committed_db, worker_id: str, now: dt.datetime):
+    with committed_db.session_factory.begin() as session:
+        return repository.claim_next_submission(session, worker_id=worker_id, lease_s=1, now=now)
+
+
+def _sweep(committed_db, now: dt.datetime) -> None:
+    with committed_db.session_factory.begin() as session:
+        assert repository.requeue_expired_leases(session, now=now, max_attempts=3).requeued
+
+
+def _store_late(committed_db, job, outcome, now: dt.datetime):
+    with committed_db.session_factory.begin() as session:
+        return repository.store_finished_grading(
+            session, grading_id=job.grading_id, submission_id=job.submission_id,
+            lease_token=job.lease_token, attempt=job.attempt, worker_id="late",
+            outcome=outcome, now=now)
+
+
+def _grading(committed_db, submission_id: int) -> tuple[Grading, list[str]]:
+    with committed_db.session_factory() as session:
+        grading = repository.get_submission(session, submission_id=submission_id).current_grading
+        return grading, [c.message for c in grading.checks]
+
+
+def test_a_result_under_a_held_lease_is_stored(committed_db) -> None:
+    [submission_id] = _queue_jobs(committed_db, 1)
+    job = _claim(committed_db, "a", NOW)
+    written = _store_late(committed_db, job, make_outcome("passed"), NOW)
+    assert written is repository.FinishedGradingWrite.STORED
+    grading, _ = _grading(committed_db, submission_id)
+    assert (grading.status, grading.attempts, grading.worker_id) == ("passed", 1, "a")
+
+
+def test_a_result_after_the_lease_was_swept_is_stored_and_the_job_not_claimed_again(
+        committed_db) -> None:
+    [submission_id] = _queue_jobs(committed_db, 1)
+    job = _claim(committed_db, "a", NOW)
+    _sweep(committed_db, NOW + dt.timedelta(seconds=5))  # outage longer than the lease
+    written = _store_late(committed_db, job, make_outcome("failed"), NOW + dt.timedelta(seconds=6))
+    assert written is repository.FinishedGradingWrite.STORED_AFTER_LEASE_LOSS
+    grading, _ = _grading(committed_db, submission_id)
+    assert (grading.status, grading.attempts, grading.lease_token) == ("failed", 1, None)
+    assert _claim(committed_db, "b", NOW + dt.timedelta(seconds=7)) is None  # never re-graded
+
+
+def test_a_late_result_fences_out_the_worker_that_reclaimed_the_job(committed_db) -> None:
+    [submission_id] = _queue_jobs(committed_db, 1)
+    job_a = _claim(committed_db, "a", NOW)
+    _sweep(committed_db, NOW + dt.timedelta(seconds=5))
+    job_b = _claim(committed_db, "b", NOW + dt.timedelta(seconds=5))
+    assert job_b.attempt == 2
+    later = NOW + dt.timedelta(seconds=6)
+    assert _store_late(committed_db, job_a, make_outcome("failed"), later) is \
+        repository.FinishedGradingWrite.STORED_AFTER_LEASE_LOSS
+    with committed_db.session_factory.begin() as session:
+        assert not repository.renew_lease(session, submission_id=submission_id,
+                                          lease_token=job_b.lease_token, lease_s=30, now=later)
+        assert not repository.record_grading_outcome(
+            session, submission_id=submission_id, lease_token=job_b.lease_token,
+            outcome=make_outcome("passed"), now=later)
+    grading, messages = _grading(committed_db, submission_id)
+    assert (grading.status, grading.worker_id) == ("failed", "late")
+    assert len(messages) == 1  # one set of verdicts
+
+
+def test_a_late_result_never_overwrites_a_finished_grading(committed_db) -> None:
+    [submission_id] = _queue_jobs(committed_db, 1)
+    job_a = _claim(committed_db, "a", NOW)
+    _sweep(committed_db, NOW + dt.timedelta(seconds=5))
+    job_b = _claim(committed_db, "b", NOW + dt.timedelta(seconds=5))
+    with committed_db.session_factory.begin() as session:
+        assert repository.record_grading_outcome(
+            session, submission_id=submission_id, lease_token=job_b.lease_token,
+            outcome=make_outcome("passed"), now=NOW + dt.timedelta(seconds=6))
+    assert _store_late(committed_db, job_a, make_outcome("failed"),
+                       NOW + dt.timedelta(seconds=7)) is \
+        repository.FinishedGradingWrite.ALREADY_FINISHED
+    grading, messages = _grading(committed_db, submission_id)
+    assert (grading.status, grading.worker_id, grading.attempts) == ("passed", "b", 2)
+    assert messages == ["ok"]
