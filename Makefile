@@ -18,7 +18,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: serve test install check-reference compose-smoke vendor-assets clean
+.PHONY: serve test lint install check-reference compose-smoke vendor-assets clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -35,8 +35,12 @@ serve: $(STAMP)
 	@command -v bwrap >/dev/null 2>&1 || echo "WARNING: bubblewrap (bwrap) is not installed, so every grading will end as an infrastructure error. Install it (apt-get install bubblewrap), or on a single-user machine run GRADER_SANDBOX=unsafe-none make serve." >&2
 	$(VENV)/bin/grader serve --host "$(HOST)" --port "$(PORT)"
 
-test: $(STAMP)
+# ruff first (seconds; pyproject's [tool.ruff]), then the suite.
+test: lint
 	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
 
 # Grade the bundled reference solution with the CPU interpreter (no GPU needed).
 check-reference: $(STAMP)

@@ -45,7 +45,6 @@ from api.schemas import (
     FinalRunRead,
     Leaderboard,
     RegradeRead,
-    RosterImported,
     TokenIssued,
 )
 from client.cli import print_api_error

@@ -49,6 +49,7 @@ REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPOSITORY_ROOT), str(REPOSITORY_ROOT / "scripts")]
 
 from loadtest import LoadConfig, LoadResult, run_load  # noqa: E402
+
 from tests.service.tcp_proxy import CuttableProxy  # noqa: E402
 
 INSTRUCTOR_TOKEN = "load-instructor-token-0123456789"

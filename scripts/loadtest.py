@@ -19,8 +19,9 @@ with jittered exponential backoff for up to 60 s; every POST carries an Idempote
 that stays the same across its retries (servers without idempotency ignore it).
 
 Uploads: upload 1 of each student is the assignment's reference solution, upload 2 the
-reference with its sign flipped (`g - dot` -> `g + dot`, as in tests/service/test_end_to_end.py; it fails the checks); each carries a comment naming the
-student and upload, so every upload's content is unique. Grading is the service's own.
+reference with its sign flipped (`g - dot` -> `g + dot`, as in tests/service/test_end_to_end.py;
+it fails the checks); each carries a comment naming the student and upload, so every upload's
+content is unique. Grading is the service's own.
 """
 
 from __future__ import annotations
@@ -160,7 +161,7 @@ class Recorder:
         for route, values in sorted(self.latencies.items()):
             ordered = sorted(values)
 
-            def pct(q: float) -> float | None:
+            def pct(q: float, ordered: list[float] = ordered) -> float | None:
                 if not ordered:
                     return None
                 return round(1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)

@@ -138,7 +138,8 @@ def students(argv: list[str]) -> int:
     rotate.add_argument("student_id", type=int)
     args = parser.parse_args(argv)
 
-    from submissions import audit, repository, roster as rosters, service
+    from submissions import audit, repository, service
+    from submissions import roster as rosters
     from submissions.models import utc_now
 
     actor = audit.cli_actor()

@@ -93,7 +93,7 @@ def parse_roster(text: str) -> list[RosterRow]:
             if len(rows) >= MAX_ROWS:
                 raise RosterInvalid(f"more than {MAX_ROWS} rows", errors=[])
 
-            def cell(field: str) -> str | None:
+            def cell(field: str, cells: list[str] = cells) -> str | None:
                 position = positions[field]
                 if position is None or position >= len(cells):
                     return None

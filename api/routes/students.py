@@ -8,8 +8,8 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, status
 from fastapi.responses import JSONResponse, Response
 
-from api.bodies import CSV_OPENAPI, CsvBody
 from api import idempotent
+from api.bodies import CSV_OPENAPI, CsvBody
 from api.deps import IdempotencyKeyDep, InstructorOnly, NowDep, SessionDep, SettingsDep, StaffOnly
 from api.params import StudentId
 from api.presenters import student_read

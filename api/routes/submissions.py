@@ -14,7 +14,6 @@ from urllib.parse import quote
 import anyio
 from fastapi import APIRouter, Query, Request, status
 from fastapi.responses import JSONResponse, PlainTextResponse
-
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -23,8 +22,8 @@ from api.admission import Admission
 from api.deps import (
     BearerToken,
     CurrentPrincipal,
-    IdempotencyKeyDep,
     CurrentStudent,
+    IdempotencyKeyDep,
     NowDep,
     Principal,
     SessionDep,

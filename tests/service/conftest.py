@@ -15,7 +15,6 @@ Databases are built only by running the Alembic migrations:
 from __future__ import annotations
 
 import os
-
 import shutil
 import uuid
 from collections.abc import Callable, Iterator

@@ -4,7 +4,6 @@ upload, a submission's live report, its source, the history, the leaderboard."""
 from __future__ import annotations
 
 from typing import Annotated
-
 from urllib.parse import quote
 
 from fastapi import APIRouter, Path, Query, Request

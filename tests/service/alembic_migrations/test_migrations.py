@@ -150,7 +150,7 @@ def test_grading_history_migration_keeps_every_result_and_reverses(
                     {"id": submission_id, "sha": "0" * 64, "status": status, "now": now,
                      "attempts": 0 if status == "queued" else 1, "seed": 100 + submission_id,
                      "versions": versions, "speedup": speedup,
-                     "result": None if status == "queued" else '{"verdict": "%s"}' % status})
+                     "result": None if status == "queued" else f'{{"verdict": "{status}"}}'})
             for check_id, submission_id, passed in ((1, 1, True), (2, 2, False), (3, 2, True)):
                 connection.execute(text(
                     "INSERT INTO check_verdicts (id, submission_id, position, name, passed, "

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-
 from sqlalchemy import select
 
 from submissions.models import Student

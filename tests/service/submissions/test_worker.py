@@ -32,7 +32,6 @@ from ..helpers import (
 )
 
 
-
 @pytest.fixture
 def api(committed_db):
     """An API client on the committed database (what workers see)."""

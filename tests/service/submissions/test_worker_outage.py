@@ -29,8 +29,7 @@ from submissions import repository
 from submissions.db import create_db_engine, create_session_factory
 from submissions.worker import Worker
 
-from ..helpers import create_student, kernel_source, make_settings, upload, wait_until, \
-    worker_environment
+from ..helpers import create_student, kernel_source, make_settings, upload, wait_until, worker_environment
 from ..tcp_proxy import CuttableProxy
 
 OUTAGE_S = 5.0  # longer than the 0.6 s of retries the worker used to allow
