@@ -41,7 +41,7 @@ class Tolerance:
         """The allowed absolute error per element (fp64 tensors of one shape).
 
         ``slack`` (optional, same shape, >= 0): error that arithmetic the assignment allows
-        makes beyond fp32 rounding, computed exactly from the inputs (for softmax_backward:
+        makes beyond fp32 rounding, computed exactly from the inputs (for the softmax VJP:
         products rounded to the input dtype, oracle.product_rounding_slack). It is added as it
         is, and the rounding of the stored result (``vtol``) applies to the value that
         arithmetic produced, which lies within ``slack`` of ``expected``.
