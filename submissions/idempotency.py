@@ -18,8 +18,9 @@ retry is decided afresh. Keys belong to the caller (their scope: one student, on
 member, or the bootstrap instructor) and expire ``idempotency_ttl_s`` (24 h) after the first
 request; an expired key is a new key.
 
-Storage: the key's sha256 (never the key) and the answer sealed with a key stream derived
-from the key (HMAC-SHA256 in counter mode, with a tag), because a created student's answer
+Storage: the key's sha256 (never the key) and the answer sealed with AES-256-GCM under a key
+derived from the idempotency key (HKDF-SHA256; the ``cryptography`` package, not our own
+cipher), because a created student's answer
 holds their token, which the service otherwise keeps only as a hash: reading the table does
 not give the token to anyone who does not hold the idempotency key.
 """
@@ -29,11 +30,15 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import hashlib
-import hmac
 import json
+import os
 from dataclasses import dataclass
 from typing import Any
 
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -42,7 +47,7 @@ from submissions.errors import IdempotencyKeyReused
 from submissions.models import IdempotencyKey
 
 _SEAL_CONTEXT = b"kernel-grader idempotency answer v1"
-_TAG_BYTES = 16
+_NONCE_BYTES = 12  # AES-GCM's standard nonce, random per sealed answer
 
 
 @dataclass(frozen=True)
@@ -82,22 +87,16 @@ def _key_sha256(key: str) -> str:
 
 
 def _seal_key(key: str) -> bytes:
-    return hmac.new(key.encode(), _SEAL_CONTEXT, hashlib.sha256).digest()
-
-
-def _stream(seal_key: bytes, length: int) -> bytes:
-    blocks = (hmac.new(seal_key, b"stream" + i.to_bytes(8, "big"), hashlib.sha256).digest()
-              for i in range((length + 31) // 32))
-    return b"".join(blocks)[:length]
+    """A 256-bit AES key derived from the idempotency key (HKDF-SHA256, this module's context)."""
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_SEAL_CONTEXT).derive(key.encode())
 
 
 def seal(body: Any, *, key: str) -> str:
-    """`body` as JSON, encrypted and authenticated with a key derived from `key`; base64."""
-    seal_key = _seal_key(key)
-    plain = canonical_json(body).encode()
-    cipher = bytes(a ^ b for a, b in zip(plain, _stream(seal_key, len(plain)), strict=True))
-    tag = hmac.new(seal_key, b"tag" + cipher, hashlib.sha256).digest()[:_TAG_BYTES]
-    return base64.b64encode(tag + cipher).decode()
+    """`body` as JSON, encrypted and authenticated (AES-256-GCM, ``cryptography``) with a key
+    derived from `key`; base64 of nonce + ciphertext."""
+    nonce = os.urandom(_NONCE_BYTES)
+    cipher = AESGCM(_seal_key(key)).encrypt(nonce, canonical_json(body).encode(), _SEAL_CONTEXT)
+    return base64.b64encode(nonce + cipher).decode()
 
 
 def unseal(sealed: str, *, key: str) -> Any:
@@ -107,12 +106,11 @@ def unseal(sealed: str, *, key: str) -> Any:
         ValueError: `sealed` was not sealed with `key`, or was altered.
     """
     raw = base64.b64decode(sealed)
-    tag, cipher = raw[:_TAG_BYTES], raw[_TAG_BYTES:]
-    seal_key = _seal_key(key)
-    expected = hmac.new(seal_key, b"tag" + cipher, hashlib.sha256).digest()[:_TAG_BYTES]
-    if not hmac.compare_digest(tag, expected):
-        raise ValueError("the stored answer does not open with this key")
-    plain = bytes(a ^ b for a, b in zip(cipher, _stream(seal_key, len(cipher)), strict=True))
+    nonce, cipher = raw[:_NONCE_BYTES], raw[_NONCE_BYTES:]
+    try:
+        plain = AESGCM(_seal_key(key)).decrypt(nonce, cipher, _SEAL_CONTEXT)
+    except InvalidTag:
+        raise ValueError("the stored answer does not open with this key") from None
     return json.loads(plain)
 
 
