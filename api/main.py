@@ -21,6 +21,7 @@ from fastapi import FastAPI
 from api.admission import Admission, AdmissionMiddleware
 from api.errors import install_error_handlers
 from api.guard import AuthBeforeBodyMiddleware
+from api.longpoll import StatusWatcher
 from api.openapi import install_openapi
 from api.pages import install_pages
 from api.routes import (
@@ -67,6 +68,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.admission = Admission(
         max_in_flight=settings.api_max_in_flight, max_health=settings.api_health_reserve,
         max_waiting=settings.api_max_waiting, retry_after_s=settings.api_retry_after_s)
+    app.state.status_watcher = StatusWatcher(lambda: app.state.session_factory, settings.long_poll_interval_s)
     install_error_handlers(app)
     # The last added runs first: admission, then authentication before any body is read.
     app.add_middleware(AuthBeforeBodyMiddleware)

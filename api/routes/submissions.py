@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import time
 from contextlib import contextmanager
 from typing import Annotated
 from urllib.parse import quote
 
-import anyio
 from fastapi import APIRouter, Query, Request, status
 from fastapi.responses import JSONResponse, PlainTextResponse
 from sqlalchemy.orm import Session
@@ -32,6 +30,7 @@ from api.deps import (
     principal_for_token,
     session_scope,
 )
+from api.longpoll import StatusWatcher
 from api.params import MAX_DB_INT, Offset, SubmissionId
 from api.presenters import grading_read, submission_read
 from api.schemas import (
@@ -173,7 +172,8 @@ async def read_submission(
     """Status, per-check verdicts, error, benchmark, log, score, lateness and
     disqualification of the current grading. Another student's submission is reported as
     not found. With `wait`, a long-poll that holds no thread and no database connection
-    while it waits (it rereads the status every `GRADER_LONG_POLL_INTERVAL_S` seconds)."""
+    while it waits (one query every `GRADER_LONG_POLL_INTERVAL_S` seconds reads the status of
+    every submission waited on in this process: api/longpoll.py)."""
     state = request.app.state
     admission: Admission = state.admission
 
@@ -189,20 +189,17 @@ async def read_submission(
         return await run_in_threadpool(read)
     with admission.read_slot():  # Overloaded (503) when no place is free
         first = await run_in_threadpool(read)
-    latest = first
-    deadline = time.monotonic() + wait
-    interval = state.settings.long_poll_interval_s
-    while latest.status == first.status and latest.status not in TERMINAL_STATUSES:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0 or await request.is_disconnected():
-            break
-        await anyio.sleep(min(interval, remaining))
-        try:
-            with admission.read_slot():
-                latest = await run_in_threadpool(read)
-        except Overloaded:
-            continue  # saturated: skip this reread, the wait goes on
-    return latest
+    if first.status in TERMINAL_STATUSES:
+        return first
+    # One status query per interval for every waiter of this process (api/longpoll.py), then
+    # one read of this submission, as an ordinary request makes.
+    watcher: StatusWatcher = state.status_watcher
+    await watcher.wait_for_change(request, submission_id, first.status, timeout_s=wait)
+    try:
+        with admission.read_slot():
+            return await run_in_threadpool(read)
+    except Overloaded:
+        return first  # saturated: the status as first read; the client polls again
 
 
 class PythonSourceResponse(PlainTextResponse):

@@ -342,6 +342,36 @@ def test_a_long_poll_answers_when_the_status_changes(committed_db) -> None:
     assert elapsed < 10 and time.monotonic() - graded_at < 5
 
 
+def test_long_polls_share_one_status_query_per_interval(committed_db) -> None:
+    """20 students waiting at once cost one status query per interval, not one read each
+    (api/longpoll.py): on deadline night the graders keep the CPU."""
+    settings = committed_db.settings(long_poll_interval_s=0.1)
+    with TestClient(create_app(settings)) as api:
+        pollers = []
+        for index in range(20):
+            created = api.post("/api/v1/students", json={"name": f"s{index}"}, headers=instructor_headers())
+            token = created.json()["token"]
+            pollers.append((token, upload(api, token, kernel_source()).json()["id"]))
+        watcher = api.app.state.status_watcher
+        answers: list[Any] = []
+
+        def poll(token: str, submission_id: int) -> None:
+            answers.append(api.get(f"/api/v1/submissions/{submission_id}?wait=2", headers=bearer(token)))
+
+        threads = [threading.Thread(target=poll, args=poller) for poller in pollers]
+        started = time.monotonic()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        elapsed = time.monotonic() - started
+    assert len(answers) == 20 and all(a.status_code == 200 and a.json()["status"] == "queued" for a in answers)
+    # One query per 0.1 s while anyone waits (about 2 s): ~20, where one read per waiter
+    # per interval would have been ~400.
+    assert 5 <= watcher.queries <= elapsed / 0.1 + 5, (watcher.queries, elapsed)
+    assert watcher.waiting == 0
+
+
 # ------------------------------------------------------- database saturation and outage
 
 
