@@ -42,7 +42,10 @@ def read_swagger_ui(request: Request) -> HTMLResponse:
         swagger_js_url=f"{VENDOR}/swagger-ui-dist/swagger-ui-bundle.js",
         swagger_css_url=f"{VENDOR}/swagger-ui-dist/swagger-ui.css",
         swagger_favicon_url=f"{VENDOR}/swagger-ui-dist/favicon-32x32.png",
-        oauth2_redirect_url=OAUTH2_REDIRECT), extra_css="/static/docs-a11y.css")
+        oauth2_redirect_url=OAUTH2_REDIRECT,
+        # FastAPI turns deep links on: each operation's path becomes a link inside the button
+        # that opens it, a control nested in a control (axe: nested-interactive, serious).
+        swagger_ui_parameters={"deepLinking": False}), extra_css="/static/docs-a11y.css")
 
 
 @router.get(OAUTH2_REDIRECT)
