@@ -50,7 +50,11 @@ RUN --mount=type=bind,source=docker/wheels,target=/tmp/wheels \
      || pip install --no-cache-dir --find-links /tmp/wheels --index-url "${TORCH_CPU_INDEX}" "torch==${TORCH_VERSION}") \
     && groupadd --system --gid 10001 grader \
     && useradd --system --uid 10001 --gid grader --no-create-home --home-dir /nonexistent \
-       --shell /usr/sbin/nologin grader
+       --shell /usr/sbin/nologin grader \
+    && install -d -o 10001 -g 10001 -m 2770 /var/lib/kernel-grader/spool
+# /var/lib/kernel-grader/spool: finished results waiting for the database (submissions/spool.py),
+# a named volume in compose (it outlives the container); group-writable and setgid, so every
+# worker uid of group 10001 (compose.gpus.yaml) can store and remove what another spooled.
 
 # The project in /app as in a checkout, installed in editable mode (as in api.Dockerfile):
 # `grader worker` waits for the newest migration, which it reads from /app/alembic/. Copied in

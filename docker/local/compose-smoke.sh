@@ -192,6 +192,14 @@ python3 "$here/smoke_client.py" --base-url "http://127.0.0.1:$GRADER_API_PORT" \
     --student-token "$student_token" --file "$RUN_DIR/$SUBMISSION" \
     --expect-status passed --expect-triton "$triton_version"
 "${compose[@]}" logs --no-color worker | tail -n 15
+# The result was spooled to the volume, then stored and removed (submissions/spool.py): the
+# worker's log has no "cannot spool" warning, and the spool is writable and empty.
+if "${compose[@]}" logs --no-color worker | grep -q "cannot spool"; then
+    log "the worker could not write its result spool"; exit 1
+fi
+spool_left="$("${compose[@]}" exec -T worker sh -c 'test -w /var/lib/kernel-grader/spool && ls -A /var/lib/kernel-grader/spool' < /dev/null)" \
+    || { log "the worker's result spool is not writable"; exit 1; }
+[ -z "$spool_left" ] || { log "results left in the spool: $spool_left"; exit 1; }
 
 phase "down -v"
 trap - EXIT

@@ -149,6 +149,10 @@ def test_worker_sandbox_privileges_are_the_narrow_set(main):
     assert worker.get("privileged") is not True
     assert worker["user"] == "10001:10001"
     assert worker["read_only"] is True
+    # The one writable path besides /tmp: the result spool, on a volume that outlives it.
+    assert "worker-spool:/var/lib/kernel-grader/spool" in worker["volumes"]
+    assert worker["environment"]["GRADER_WORKER_SPOOL_DIR"] == "/var/lib/kernel-grader/spool"
+    assert "worker-spool" in main["volumes"]
 
 
 def test_services_run_as_non_root_without_added_privileges(main):
