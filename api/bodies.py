@@ -25,6 +25,25 @@ CSV_OPENAPI = {
 }
 
 
+async def read_capped(request: Request, *, max_bytes: int, what: str) -> bytes:
+    """The request body, at most ``max_bytes``: a larger ``Content-Length`` is refused before
+    reading, and a body that grows past the cap while streaming as soon as it does, so no more
+    than the cap is ever buffered. ``what`` names the body in the error ("the roster").
+
+    Raises:
+        UploadTooLarge: the body is (or declares to be) larger than ``max_bytes``.
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise UploadTooLarge(f"{what} is larger than {max_bytes} bytes", max_bytes=max_bytes)
+    body = bytearray()
+    async for chunk in request.stream():
+        body.extend(chunk)
+        if len(body) > max_bytes:
+            raise UploadTooLarge(f"{what} is larger than {max_bytes} bytes", max_bytes=max_bytes)
+    return bytes(body)
+
+
 async def read_csv_body(request: Request) -> str:
     """The request body as text: ``Content-Type: text/csv`` (UTF-8), at most
     MAX_ROSTER_BYTES. Only awaits network reads, so it is an ``async`` dependency.
@@ -38,18 +57,9 @@ async def read_csv_body(request: Request) -> str:
     if content_type not in {"text/csv", "text/plain"}:
         raise UploadMalformed("send the roster as the request body with "
                               "Content-Type: text/csv (curl --data-binary @roster.csv)")
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_ROSTER_BYTES:
-        raise UploadTooLarge(f"the roster is larger than {MAX_ROSTER_BYTES} bytes",
-                             max_bytes=MAX_ROSTER_BYTES)
-    body = bytearray()
-    async for chunk in request.stream():
-        body.extend(chunk)
-        if len(body) > MAX_ROSTER_BYTES:
-            raise UploadTooLarge(f"the roster is larger than {MAX_ROSTER_BYTES} bytes",
-                                 max_bytes=MAX_ROSTER_BYTES)
+    body = await read_capped(request, max_bytes=MAX_ROSTER_BYTES, what="the roster")
     try:
-        return bytes(body).decode("utf-8")
+        return body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SourceNotUtf8(f"the roster is not UTF-8 text: {exc.reason} at byte "
                             f"{exc.start}") from None

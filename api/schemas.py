@@ -18,6 +18,8 @@ Role = Literal["student", "ta", "instructor"]
 StaffRoleName = Literal["instructor", "ta"]
 Verdict = Literal["passed", "failed", "error"]
 Status = Literal["queued", "running", "passed", "failed", "error"]
+#: The statuses that end a grading (a verdict, or an error): nothing changes after them.
+TERMINAL = frozenset({"passed", "failed", "error"})
 
 #: The largest value of a PostgreSQL ``INTEGER`` column (every id of the schema); api/params.py
 #: bounds path and query parameters with it, the request bodies below their id fields.
@@ -291,6 +293,25 @@ class SubmissionRead(SubmissionSummary):
     grader_exit_code: int | None = None
     grader_stderr: str | None = None
     last_attempt_error: str | None = None
+
+    def result_document(self) -> dict[str, Any] | None:
+        """The result document to render (the pages' report, `grader submit`'s table): the
+        stored one when the grader produced it, else one built from this answer's fields (a
+        grading that broke on our side); None while there is no verdict."""
+        if self.status not in TERMINAL:
+            return None
+        if self.result is not None:
+            return self.result
+        return {
+            "assignment": self.assignment,
+            "device": self.device or "",
+            "verdict": self.status,
+            "error": None if self.error is None else {
+                "kind": self.error.kind, "message": self.error.message or ""},
+            "checks": [{**(c.numbers or {}), "name": c.name, "passed": c.passed,
+                        "skipped": c.skipped, "message": c.message or ""} for c in self.checks],
+            "duration_s": self.grading_duration_s or 0.0,
+        }
 
 
 class SubmissionList(BaseModel):

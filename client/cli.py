@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from api.schemas import AssignmentList, SubmissionCreated, SubmissionList, SubmissionRead
+from api.schemas import TERMINAL, AssignmentList, SubmissionCreated, SubmissionList, SubmissionRead
 from client.http import (
     ApiError,
     ServiceClient,
@@ -34,7 +34,6 @@ from grader.manifest import DEFAULT_ASSIGNMENT
 from grader.report import render_result
 
 EXIT_PASSED, EXIT_FAILED, EXIT_ERROR, EXIT_PENDING = 0, 1, 2, 3
-TERMINAL = {"passed", "failed", "error"}
 
 
 def _connection_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,33 +69,13 @@ def _utc(moment: dt.datetime | None) -> str:
 # ----------------------------------------------------------------------------- render
 
 
-def result_document(submission: SubmissionRead) -> dict[str, Any] | None:
-    """The result document to render: the stored one when the grader produced it, else one
-    built from the submission's fields (a grading that broke on our side); None while the
-    submission has no verdict."""
-    if submission.status not in TERMINAL:
-        return None
-    if submission.result is not None:
-        return submission.result
-    return {
-        "assignment": submission.assignment,
-        "device": submission.device or "",
-        "verdict": submission.status,
-        "error": None if submission.error is None else {
-            "kind": submission.error.kind, "message": submission.error.message or ""},
-        "checks": [{**(c.numbers or {}), "name": c.name, "passed": c.passed,
-                    "skipped": c.skipped, "message": c.message or ""} for c in submission.checks],
-        "duration_s": submission.grading_duration_s or 0.0,
-    }
-
-
 def render_submission(console: Console, submission: SubmissionRead) -> None:
     """The per-check table (grader/report.py, as `grader check` prints it), then what the
     service adds: score, lateness, disqualification."""
     console.print(f"submission [bold]{submission.id}[/bold] ({submission.assignment}, "
                   f"{submission.filename or 'no file name'}, uploaded "
                   f"{_utc(submission.created_at)}): [bold]{submission.status}[/bold]")
-    document = result_document(submission)
+    document = submission.result_document()
     if document is None:
         console.print(f"no verdict yet ({submission.status}); `grader status "
                       f"{submission.id} --wait` waits for it")

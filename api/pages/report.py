@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -22,7 +21,6 @@ from grader.contract import CheckOutcome, ResultDocument
 from grader.manifest import MANIFESTS
 from grader.report import error_vs_tolerance
 
-TERMINAL = frozenset({"passed", "failed", "error"})
 #: The end of a traceback that is shown (as `grader check` prints it).
 TRACEBACK_CHARS = 2000
 
@@ -111,31 +109,12 @@ def traceback_lines(traceback: str | None, module_file: str | None) -> list[Trac
     return marked
 
 
-def result_document(submission: SubmissionRead) -> dict[str, Any] | None:
-    """The stored result document, or (a grading broken on our side) one built from the
-    submission's fields; None while there is no verdict."""
-    if submission.status not in TERMINAL:
-        return None
-    if submission.result is not None:
-        return submission.result
-    return {
-        "assignment": submission.assignment,
-        "device": submission.device or "",
-        "verdict": submission.status,
-        "error": None if submission.error is None else {
-            "kind": submission.error.kind, "message": submission.error.message or ""},
-        "checks": [{**(c.numbers or {}), "name": c.name, "passed": c.passed,
-                    "skipped": c.skipped, "message": c.message or ""} for c in submission.checks],
-        "duration_s": submission.grading_duration_s or 0.0,
-    }
-
-
 def build_report(submission: SubmissionRead) -> Report:
     """The report of `submission` (``finished`` False while queued or running)."""
     graded = f"{submission.filename}: " if submission.filename else ""
     manifest = MANIFESTS.get(submission.assignment)
     module_file = manifest.module_file if manifest else None
-    document = result_document(submission)
+    document = submission.result_document()
     if document is None:
         return Report(finished=False, title=f"{graded}{submission.assignment}", checks=[],
                       error=None, notes=[], benchmark_line=None, verdict=submission.status,

@@ -50,6 +50,7 @@ from urllib.parse import parse_qs
 from fastapi import Depends, Request
 from fastapi.responses import Response
 
+from api.bodies import read_capped
 from api.deps import (
     Principal,
     SessionDep,
@@ -58,7 +59,7 @@ from api.deps import (
     require_instructor,
     require_staff,
 )
-from submissions.errors import DomainError, NotAuthenticated, StudentRequired, UploadMalformed, UploadTooLarge
+from submissions.errors import DomainError, NotAuthenticated, StudentRequired, UploadMalformed
 from submissions.settings import Settings
 
 SESSION_COOKIE = "grader_session"
@@ -222,17 +223,8 @@ async def read_form(request: Request) -> FormFields:
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type != "application/x-www-form-urlencoded":
         raise UploadMalformed("send the form as application/x-www-form-urlencoded")
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_FORM_BYTES:
-        raise UploadTooLarge(f"the form is larger than {MAX_FORM_BYTES} bytes",
-                             max_bytes=MAX_FORM_BYTES)
-    body = bytearray()
-    async for chunk in request.stream():
-        body.extend(chunk)
-        if len(body) > MAX_FORM_BYTES:
-            raise UploadTooLarge(f"the form is larger than {MAX_FORM_BYTES} bytes",
-                                 max_bytes=MAX_FORM_BYTES)
-    text = bytes(body).decode("utf-8", "replace")
+    body = await read_capped(request, max_bytes=MAX_FORM_BYTES, what="the form")
+    text = body.decode("utf-8", "replace")
     return FormFields(parse_qs(text, keep_blank_values=True, max_num_fields=200))
 
 

@@ -34,6 +34,7 @@ from api.longpoll import StatusWatcher
 from api.params import MAX_DB_INT, Offset, SubmissionId
 from api.presenters import grading_read, submission_read
 from api.schemas import (
+    TERMINAL,
     DisqualifyRequest,
     ErrorResponse,
     GradingList,
@@ -55,7 +56,6 @@ router = APIRouter(prefix="/api/v1/submissions", tags=["submissions"])
 #: Longest long-poll of `read_submission` (seconds).
 MAX_WAIT_S = 60
 #: Statuses that never change by themselves (a long-poll on one answers at once).
-TERMINAL_STATUSES = frozenset({"passed", "failed", "error"})
 
 _UPLOAD_ERRORS = {
     401: {"model": ErrorResponse, "description": "missing or invalid token"},
@@ -189,7 +189,7 @@ async def read_submission(
         return await run_in_threadpool(read)
     with admission.read_slot():  # Overloaded (503) when no place is free
         first = await run_in_threadpool(read)
-    if first.status in TERMINAL_STATUSES:
+    if first.status in TERMINAL:
         return first
     # One status query per interval for every waiter of this process (api/longpoll.py), then
     # one read of this submission, as an ordinary request makes.
