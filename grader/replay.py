@@ -239,23 +239,6 @@ class ReplayProcess:
         return replay
 
 
-def run_replay(recording: Recording, *, folder: Path, assignment: Assignment, settings: GraderSettings,
-               check_calls: list[CallRecording], check_inputs: dict[str, torch.Tensor],
-               benchmark: dict | None = None, timeout_s: float | None = None) -> ReplayOutcome:
-    """Start a replay process, give it both phases at once and wait for it (``ReplayProcess``).
-
-    Raises:
-        SandboxUnavailable: bubblewrap required but missing.
-    """
-    process = ReplayProcess(assignment, settings, timeout_s=timeout_s or settings.child_timeout_s).start()
-    try:
-        process.send_checks(recording, folder=folder, check_calls=check_calls, check_inputs=check_inputs)
-        process.send_benchmark(benchmark)
-        return process.wait()
-    finally:
-        process.close()
-
-
 def calls_to_replay(plan: Plan, evidence_calls: dict[str, CallEvidence]) -> list[str]:
     """The check calls the trusted replay process must replay on a GPU: every planned call that
     records its launches and returned normally, whatever replay status the child reported for
