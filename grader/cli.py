@@ -69,6 +69,18 @@ def _check(args: argparse.Namespace) -> int:
         settings = settings.model_copy(update={"sandbox": "unsafe-none"})
     if args.timeout is not None:
         settings = settings.model_copy(update={"child_timeout_s": args.timeout})
+    if args.job_on_stdin:
+        try:
+            job = _wait_for_job(args.device)
+        except Exception as exc:  # noqa: BLE001 - a malformed job is the worker's fault, never a verdict
+            console.print(f"[red]infrastructure error[/]: no job read from stdin: {type(exc).__name__}: {exc}")
+            return ExitCode.INFRASTRUCTURE
+        if job is None:
+            return ExitCode.PASSED  # the worker closed stdin without a job: nothing to grade
+        args.path, args.seed, args.assignment = job.source, job.seed, job.assignment
+    if args.path is None:
+        console.print("[red]a file to grade is needed (or --job-on-stdin)[/]")
+        return ExitCode.INFRASTRUCTURE
     path = Path(args.path)
     if not path.is_file():
         console.print(f"[red]no such file: {path}[/]")
@@ -87,6 +99,33 @@ def _check(args: argparse.Namespace) -> int:
     if not args.quiet:
         render_result(document, console, source_name=path.name)
     return document.exit_code
+
+
+def _wait_for_job(device: str):
+    """``--job-on-stdin``: load what every grading needs (torch, the grader, the assignments,
+    the CUDA device's presence), then read the job (one ``GradeJob`` JSON line) from stdin.
+
+    Returns:
+        The job, or None when stdin ends without one (the worker no longer needs this process).
+
+    Raises:
+        pydantic.ValidationError: the line is not a GradeJob (the worker's bug: an
+            infrastructure error).
+    """
+    from grader.assignments import get_assignment
+    from grader.contract import GradeJob
+    from grader.runner import resolve_device
+
+    for name in MANIFESTS:
+        get_assignment(name)
+    try:
+        resolve_device(device)
+    except Exception:  # noqa: BLE001 - raised again, and reported, when the job is graded
+        pass
+    line = sys.stdin.readline()
+    if not line.strip():
+        return None
+    return GradeJob.model_validate_json(line)
 
 
 def _benchmark(args: argparse.Namespace) -> int:
@@ -124,7 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
     names = sorted(MANIFESTS)
 
     check = commands.add_parser("check", help="grade one file: named checks against fp64 oracles, in a sandbox")
-    check.add_argument("path", help="the student's file (grader assignments lists the file names)")
+    check.add_argument("path", nargs="?", default=None,
+                       help="the student's file (grader assignments lists the file names)")
     check.add_argument("--assignment", default=DEFAULT_ASSIGNMENT, choices=names)
     check.add_argument("--device", choices=["cpu", "cuda", "auto"], default="auto",
                        help="cpu runs the Triton interpreter (TRITON_INTERPRET=1 in the child only); default: cuda if present")
@@ -136,6 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--quiet", action="store_true", help="no table")
     check.add_argument("--unsafe-no-sandbox", action="store_true",
                        help="run the submission without bubblewrap (only for your own code on your own machine)")
+    check.add_argument("--job-on-stdin", action="store_true",
+                       help="load the grader, then read the job (file, seed, assignment) as one JSON line from "
+                            "stdin: how a worker starts a grader before its next job arrives")
     check.set_defaults(handler=_check)
 
     bench = commands.add_parser("benchmark", help="time a kernel on the GPU against the baseline, peers and the bandwidth floor")

@@ -40,6 +40,24 @@ class ExitCode(enum.IntEnum):
     INFRASTRUCTURE = 3
 
 
+class GradeJob(BaseModel):
+    """The job a warm ``grader check --job-on-stdin`` process reads (one JSON line on stdin):
+    the worker starts that process before a job arrives, so that Python, torch and the grader
+    are loaded when it does (submissions/grading.py ``WarmGrader``).
+
+    Attributes:
+        source: path of the submission's file (in the worker's private grading folder).
+        seed: input seed.
+        assignment: a name from the manifest (grader/manifest.py).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: str = Field(min_length=1, max_length=4096)
+    seed: int
+    assignment: str = Field(min_length=1, max_length=100)
+
+
 class BenchmarkExitCode(enum.IntEnum):
     """Exit status of ``grader benchmark``."""
 

@@ -30,7 +30,12 @@ def _last_progress(outcome: ChildOutcome) -> str | None:
     last = outcome.progress.last if outcome.progress is not None else None
     if last is None or last == "done":
         return None
-    return "the import of the module" if last == "import" else f"call {last.removeprefix('call ')}"
+    if last == "import":
+        return "the import of the module"
+    if last == "precompile":
+        return ("the compile-only pass before the checks (each planned call made once, its Triton kernels "
+                "compiled, not launched)")
+    return f"call {last.removeprefix('call ')}"
 
 
 def read_done(workdir: Path) -> DoneReport | None:

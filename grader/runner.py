@@ -11,6 +11,7 @@ from __future__ import annotations
 import platform
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +40,7 @@ from grader.evidence import (
 )
 from grader.harness.protocol import BenchmarkRowSpec
 from grader.plan import CallEvidence, CheckEvidence, Plan
-from grader.sandbox import SandboxUnavailable, bwrap_version, run_sandboxed, stage_harness
+from grader.sandbox import ChildOutcome, SandboxUnavailable, bwrap_version, run_sandboxed, stage_harness
 from grader.settings import GraderSettings
 from grader.source_validation import SourceRejected, validate_source
 from grader.version import grader_version, package_version
@@ -173,11 +174,13 @@ def _child_notes(workdir: Path) -> list[str]:
 
 
 def _run_child(plan: Plan, assignment: Assignment, source: str, *, isolated: bool, device: str,
-               settings: GraderSettings, grading_dir: Path, cache_dir: Path, rows: list[dict] | None = None):
+               settings: GraderSettings, grading_dir: Path, cache_dir: Path, rows: list[dict] | None = None,
+               cancel: threading.Event | None = None):
     """Write one child's work folder (source, plan, inputs) and run it in the sandbox.
 
-    The main child (``isolated=False``) gets every base of the bank and the benchmark rows it
-    records for the replay timer; an isolated child only the bases its steps read.
+    The main child (``isolated=False``) gets every base of the bank, the benchmark rows it
+    records for the replay timer and ``settings.precompile_threads`` for its compile-only pass;
+    an isolated child only the bases its steps read. ``cancel``: see ``run_sandboxed``.
 
     Returns:
         (workdir, ChildOutcome).
@@ -195,6 +198,7 @@ def _run_child(plan: Plan, assignment: Assignment, source: str, *, isolated: boo
     if not isolated:
         protocol_plan.benchmark_rows = [
             BenchmarkRowSpec(**{k: row[k] for k in ("id", "shape", "dtype", "seed", "warmup_seed")}) for row in rows or []]
+        protocol_plan.precompile_threads = settings.precompile_threads
         bases = plan.bank.bases
     else:
         names = {getattr(arg, "base", None) or getattr(arg, "pattern", None)
@@ -208,18 +212,89 @@ def _run_child(plan: Plan, assignment: Assignment, source: str, *, isolated: boo
     try:
         outcome = run_sandboxed(harness=harness / "check_child.py", workdir=workdir, device=device, settings=settings,
                                 args=[str(workdir)], cache_dir=cache_dir, progress=True,
-                                compile_budget_s=settings.compile_budget_s)
+                                compile_budget_s=settings.compile_budget_s, cancel=cancel)
     except SandboxUnavailable as exc:
         raise InfrastructureError(str(exc)) from exc
     return workdir, outcome
 
 
+class _IsolatedChild:
+    """The child of the checks that need a process of their own (large_offsets: 4.3 GB tensors,
+    and an int32 overflow that usually kills the CUDA context), run in a thread beside the main
+    child: a crash there cannot touch the main child's evidence, and the grading waits for the
+    longer of the two instead of their sum. ``result()`` waits for it; ``cancel()`` kills it
+    when the main child ended with an error (its checks are then reported as not run)."""
+
+    def __init__(self, plan: Plan, assignment: Assignment, source: str, *, device: str, settings: GraderSettings,
+                 grading_dir: Path, cache_dir: Path) -> None:
+        self._cancel = threading.Event()
+        self._arguments = dict(isolated=True, device=device, settings=settings, grading_dir=grading_dir,
+                               cache_dir=cache_dir)
+        self._plan, self._assignment, self._source = plan, assignment, source
+        self._result: tuple | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="isolated-child", daemon=True)
+        self.started_at = time.monotonic()
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._result = _run_child(self._plan, self._assignment, self._source, cancel=self._cancel,
+                                      **self._arguments)
+        except BaseException as exc:  # noqa: BLE001 - raised again in result()
+            self._error = exc
+
+    def result(self) -> tuple[Path, ChildOutcome]:
+        """(workdir, ChildOutcome) once the child ended.
+
+        Raises:
+            InfrastructureError: the sandbox could not run.
+        """
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def cancel(self) -> None:
+        """Kill the child (if still running) and wait for it."""
+        self._cancel.set()
+        self._thread.join()
+
+
+def _child_phases(outcome: ChildOutcome) -> dict[str, float]:
+    """Seconds of the main child's phases, by the parent's clock from its progress lines:
+    ``child_startup`` (Python, torch, inputs: until the import of the submission), ``child_import``,
+    ``child_precompile`` (the compile-only pass), ``child_checks`` (the check calls) and
+    ``child_rows`` (recording the benchmark rows, writing the recording). Diagnostics only."""
+    marks = dict(outcome.progress.marks) if outcome.progress is not None else {}
+    if not marks or outcome.started is None:
+        return {}
+    order = [("child_startup", None, "import"), ("child_import", "import", "precompile"),
+             ("child_precompile", "precompile", "call"), ("child_checks", "call", "benchmark"),
+             ("child_rows", "benchmark", "done")]
+    phases = {}
+    for name, begin, end in order:
+        begin_at = outcome.started if begin is None else marks.get(begin)
+        end_at = marks.get(end)
+        if name == "child_import" and end_at is None:
+            end_at = marks.get("call")
+        if name == "child_checks" and end_at is None:
+            end_at = marks.get("done")
+        if begin_at is not None and end_at is not None:
+            phases[name] = end_at - begin_at
+    return phases
+
+
 def _run_isolated(plan: Plan, assignment: Assignment, source: str, evidence: CheckEvidence, finished: set[str], *,
                   device: str, settings: GraderSettings, grading_dir: Path, cache_dir: Path,
-                  timings: dict[str, float]) -> list[str]:
-    """Run the checks that need a process of their own (after the others, so that a crash there
-    keeps every earlier verdict) and add their evidence. A crash or timeout in that process is
-    the evidence of those checks (their calls are marked as stopped, with the reason).
+                  timings: dict[str, float], started: _IsolatedChild | None = None) -> list[str]:
+    """Add the evidence of the checks that need a process of their own, from ``started`` (the
+    child run beside the main one), or from a child run now. A crash or timeout in that process
+    is the evidence of those checks (their calls are marked as stopped, with the reason).
+
+    When the child run beside the main one could not build its inputs on the device (the main
+    child's memory may have been in the way: a submission must not be able to crowd that check
+    out), it runs again now, alone, and only that run's answer stands.
 
     Returns:
         Notes for the result (from that child's done.json).
@@ -231,12 +306,19 @@ def _run_isolated(plan: Plan, assignment: Assignment, source: str, evidence: Che
     steps = plan.steps(isolated=True)
     if not steps:
         return []
-    workdir, outcome = _run_child(plan, assignment, source, isolated=True, device=device, settings=settings,
-                                  grading_dir=grading_dir, cache_dir=cache_dir)
+    arguments = dict(isolated=True, device=device, settings=settings, grading_dir=grading_dir, cache_dir=cache_dir)
+    if started is not None:
+        workdir, outcome = started.result()
+        if _inputs_failed(workdir, outcome):
+            timings["isolated_child_beside_main"] = outcome.duration_s
+            shutil.rmtree(workdir, ignore_errors=True)
+            workdir, outcome = _run_child(plan, assignment, source, **arguments)
+    else:
+        workdir, outcome = _run_child(plan, assignment, source, **arguments)
     timings["isolated_child"] = outcome.duration_s
     timings["isolated_compile"] = outcome.compile_s
     done = read_done(workdir)
-    if done is not None and done.phase == "inputs" and (outcome.progress is None or not outcome.progress.started):
+    if _inputs_failed(workdir, outcome):
         # The harness could not build the inputs on the device, before any submission code ran.
         reason = done.exception.message if done.exception else "unknown"
         for step in steps:
@@ -255,6 +337,13 @@ def _run_isolated(plan: Plan, assignment: Assignment, source: str, evidence: Che
                     evidence.calls.setdefault(round_id, CallEvidence(report=None, out=None))
                     evidence.stopped.setdefault(round_id, stopped)
     return _child_notes(workdir)
+
+
+def _inputs_failed(workdir: Path, outcome: ChildOutcome) -> bool:
+    """The harness could not build the inputs on the device, before any submission code ran."""
+    done = read_done(workdir)
+    return (done is not None and done.phase == "inputs"
+            and (outcome.progress is None or not outcome.progress.started))
 
 
 def _run_checks(assignment: Assignment, source: str, *, device: str, seed: int, settings: GraderSettings,
@@ -293,10 +382,27 @@ def _checks_with_replay(plan: Plan, assignment: Assignment, source: str, replay_
                         settings: GraderSettings, grading_dir: Path, cache_dir: Path, timings: dict[str, float],
                         rows: list[dict], benchmark_options) -> _Run:
     """``_run_checks`` after the plan is built and the replay process (GPU) started."""
+    isolated = (_IsolatedChild(plan, assignment, source, device=device, settings=settings, grading_dir=grading_dir,
+                               cache_dir=cache_dir) if plan.steps(isolated=True) else None)
+    try:
+        return _checks_beside_isolated(plan, assignment, source, replay_process, isolated, device=device,
+                                       settings=settings, grading_dir=grading_dir, cache_dir=cache_dir,
+                                       timings=timings, rows=rows, benchmark_options=benchmark_options)
+    finally:
+        if isolated is not None:
+            isolated.cancel()  # a no-op once its evidence was read; else (an error) not needed
+
+
+def _checks_beside_isolated(plan: Plan, assignment: Assignment, source: str, replay_process,
+                            isolated: _IsolatedChild | None, *, device: str, settings: GraderSettings,
+                            grading_dir: Path, cache_dir: Path, timings: dict[str, float], rows: list[dict],
+                            benchmark_options) -> _Run:
+    """``_checks_with_replay`` once the isolated child (if the plan has one) runs beside."""
     workdir, outcome = _run_child(plan, assignment, source, isolated=False, device=device, settings=settings,
                                   grading_dir=grading_dir, cache_dir=cache_dir, rows=rows)
     timings["child"] = outcome.duration_s
     timings["compile"] = outcome.compile_s
+    timings.update(_child_phases(outcome))
     evidence_calls, finished = read_evidence(plan.steps(isolated=False), workdir)
     process_error = child_error(outcome, workdir, settings, device=device)
     error = process_error or call_level_error(evidence_calls)
@@ -320,7 +426,9 @@ def _checks_with_replay(plan: Plan, assignment: Assignment, source: str, replay_
         sent = _send_recording(plan, workdir, evidence_calls, replay_process, run, rows=rows)
     if error is None:
         notes += _run_isolated(plan, assignment, source, evidence, finished, device=device, settings=settings,
-                               grading_dir=grading_dir, cache_dir=cache_dir, timings=timings)
+                               grading_dir=grading_dir, cache_dir=cache_dir, timings=timings, started=isolated)
+    elif isolated is not None:
+        isolated.cancel()  # its checks are listed as not run, beside the main child's error
     oracle_started = time.monotonic()
     outcomes = _evaluate_checks(plan, evidence, finished, error)
     timings["oracles"] = time.monotonic() - oracle_started

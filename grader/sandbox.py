@@ -89,6 +89,10 @@ class ChildOutcome:
         compile_excluded_s: the part of it left out of the wall-clock limit (at most the
             compile budget), seconds.
         compile_budget_exhausted: the child kept claiming to compile past the budget.
+        cancelled: killed because the parent's ``cancel`` event was set (its outcome is not
+            evidence of anything).
+        started: ``time.monotonic()`` when the child was started (the origin of
+            ``progress.marks``).
     """
 
     returncode: int | None
@@ -104,6 +108,8 @@ class ChildOutcome:
     compile_s: float = 0.0
     compile_excluded_s: float = 0.0
     compile_budget_exhausted: bool = False
+    cancelled: bool = False
+    started: float | None = None
 
 
 class _OutputCapture(threading.Thread):
@@ -153,6 +159,15 @@ COMPILE_BEGIN = "compile begin"
 COMPILE_END = "compile end"
 
 
+def _phase_mark(line: str) -> str | None:
+    """The phase a progress line starts (see ``ProgressLines.marks``), or None."""
+    if line in ("import", "precompile", "done"):
+        return line
+    if line.startswith("call benchmark "):
+        return "benchmark"
+    return "call" if line.startswith("call ") else None
+
+
 class ProgressLines(threading.Thread):
     """Reads the child's progress pipe: the first line, the last line, whether ``done`` came,
     and how long the child spent compiling.
@@ -178,6 +193,10 @@ class ProgressLines(threading.Thread):
         self._compile_closed_s = 0.0
         self._compiling_since: float | None = None
         self._depth = 0
+        #: phase -> monotonic time (this process's clock) its first line arrived: ``import``,
+        #: ``precompile``, ``call`` (the first check call), ``benchmark`` (the first benchmark
+        #: row's call), ``done``. Diagnostics of where a child's time went, never evidence.
+        self.marks: dict[str, float] = {}
 
     def _compile_event(self, line: str, now: float) -> None:
         with self._lock:
@@ -234,6 +253,9 @@ class ProgressLines(threading.Thread):
                         self.calls_started += 1
                     if line == "done":
                         self.done = True
+                    mark = _phase_mark(line)
+                    if mark is not None and mark not in self.marks:
+                        self.marks[mark] = now
         # The pipe closed (the child exited or was killed) inside a compilation: it ended now.
         while self.compiling:
             self._compile_event(COMPILE_END, time.monotonic())
@@ -573,6 +595,7 @@ def run_sandboxed(
     progress: bool = False,
     compile_budget_s: float = 0.0,
     idle_s: Callable[[float], float] | None = None,
+    cancel: threading.Event | None = None,
 ) -> ChildOutcome:
     """Run ``python -I harness args...`` as the untrusted child and wait for it.
 
@@ -593,6 +616,9 @@ def run_sandboxed(
             ``idle_s(now)`` is how long, in seconds of ``time.monotonic()``, it has waited for
             that work so far; that time is left out of ``settings.child_timeout_s``. The
             parent decides it, never the process.
+        cancel: when set, the child is killed (within a second) and its outcome says
+            ``cancelled``: the parent no longer needs it (e.g. the isolated child beside a main
+            child that ended with an error).
         cache_dir: the submission's own Triton cache folder, bound read-write, so the check run
             and the benchmark run of one grading compile each kernel once. Never shared between
             submissions (a shared cache could be poisoned). None: a fresh one in the child's /tmp.
@@ -728,6 +754,10 @@ def run_sandboxed(
             kill("timeout")
             process.wait()
             break
+        if cancel is not None and cancel.is_set():
+            kill("cancelled")
+            process.wait()
+            break
         try:
             # Wake at least every second: compile time seen meanwhile moves the deadline.
             process.wait(timeout=min(remaining, 1.0))
@@ -762,6 +792,8 @@ def run_sandboxed(
         limits=limits,
         signal=signal_number,
         process_limit_hit=pids_hit,
+        cancelled="cancelled" in killed_for,
+        started=started,
         progress=progress_lines,
         compile_s=compile_s,
         compile_excluded_s=compile_excluded,

@@ -34,6 +34,10 @@ class GraderSettings(BaseSettings):
         output_kill_bytes: a child printing more than this is killed (runaway output), bytes.
         tmpfs_bytes: size of the child's private /tmp (holds its Triton cache), bytes.
         work_root: where per-run work folders are made (default: the system temp dir).
+        precompile_threads: threads the correctness child (GPU only) compiles the submission's
+            Triton specialisations on before its checks run (check_child.py ``precompile``:
+            one compile-only pass over the planned calls); 0 compiles each one when it is first
+            launched, one at a time.
     """
 
     model_config = SettingsConfigDict(env_prefix="GRADER_", extra="ignore")
@@ -47,3 +51,4 @@ class GraderSettings(BaseSettings):
     output_kill_bytes: int = Field(default=32 * 1024**2, gt=0)
     tmpfs_bytes: int = Field(default=1024**3, gt=0)
     work_root: str | None = None
+    precompile_threads: int = Field(default=16, ge=0, le=64)

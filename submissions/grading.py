@@ -15,18 +15,21 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from grader.contract import CheckOutcome, ExitCode, ResultDocument
+from grader.contract import CheckOutcome, ExitCode, GradeJob, ResultDocument
 from submissions.models import SubmissionStatus
 from submissions.settings import Settings
 from submissions.storage import GradingWorkspace, cap_text, grading_workspace, read_capped
@@ -184,6 +187,107 @@ def _kill_process_group(process: subprocess.Popen[bytes]) -> None:
 # ------------------------------------------------------------------------ run + parse
 
 
+def build_warm_command(settings: Settings) -> list[str]:
+    """The argv of a grader started before its job: the configured prefix + ``--job-on-stdin
+    --json - --device DEVICE --benchmark BENCHMARK`` (the job, a ``GradeJob`` JSON line, names
+    the file, the seed and the assignment)."""
+    return [
+        *settings.grade_command,
+        "--job-on-stdin",
+        "--json", "-",
+        "--device", settings.grader_device,
+        "--benchmark", settings.grader_benchmark,
+    ]
+
+
+def _start_grader(command: list[str], workspace_root: os.PathLike[str], stdout_path, stderr_path, *,
+                  stdin: int) -> subprocess.Popen[bytes]:
+    """Start the grader in its own session (process group) with a scrubbed environment, its
+    stdout and stderr sent to files in its private folder.
+
+    Raises:
+        InfrastructureFailure: it could not be started.
+    """
+    with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
+        try:
+            return subprocess.Popen(  # noqa: S603 - argv list, no shell
+                command,
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                cwd=workspace_root,
+                env=grader_environment(os.environ),
+                start_new_session=True,
+                preexec_fn=_SET_PARENT_DEATH_SIGNAL,  # noqa: PLW1509 - async-signal-safe call only
+            )
+        except OSError as exc:
+            raise InfrastructureFailure(f"cannot start the grader {command[0]!r}: {exc}") from exc
+
+
+class WarmGrader:
+    """A ``grader check --job-on-stdin`` process started before its job arrives.
+
+    Starting a grader costs seconds (Python, torch, the grader, the CUDA driver's answer to
+    "is there a device"): a worker starts the next one as soon as a grading ends, and hands it
+    the job (one ``grader.contract.GradeJob`` JSON line on its stdin, which is then closed) when
+    the job is claimed, so that upload-to-verdict does not include that start-up (issue 11,
+    point 6). Everything else is as for a grader started with its job: its own session, the
+    scrubbed environment, its own private folder (created here, 0700; the source is written
+    into it with the job) and the same outer limit, counted from the job's hand-over.
+
+    Raises (constructor):
+        InfrastructureFailure: the process could not be started.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="grading-"))
+        os.chmod(self.root, 0o700)
+        (self.root / "source").mkdir(mode=0o700)
+        self.stdout_path, self.stderr_path = self.root / "grader.stdout", self.root / "grader.stderr"
+        try:
+            self.process = _start_grader(build_warm_command(settings), self.root, self.stdout_path,
+                                         self.stderr_path, stdin=subprocess.PIPE)
+        except InfrastructureFailure:
+            shutil.rmtree(self.root, ignore_errors=True)
+            raise
+
+    def hand_over(self, *, assignment: str, source_text: str, seed: int) -> GradingWorkspace | None:
+        """Write the source into this grader's folder and send it the job.
+
+        Returns:
+            The grading's workspace, or None when this process can no longer take a job (it
+            exited while it waited: the caller starts a grader for the job as usual).
+
+        Raises:
+            ValueError: ``assignment`` is not a plain identifier (it becomes a file name).
+        """
+        if not assignment.isidentifier():
+            raise ValueError(f"assignment name {assignment!r} is not an identifier")
+        if self.process.poll() is not None:
+            return None
+        source_path = self.root / "source" / f"{assignment}.py"
+        source_path.write_text(source_text, encoding="utf-8")
+        job = GradeJob(source=str(source_path), seed=seed, assignment=assignment)
+        try:
+            self.process.stdin.write((job.model_dump_json() + "\n").encode())
+            self.process.stdin.close()
+        except OSError:  # it exited meanwhile (broken pipe)
+            return None
+        return GradingWorkspace(root=self.root, source_path=source_path, stdout_path=self.stdout_path,
+                                stderr_path=self.stderr_path)
+
+    def close(self) -> None:
+        """Stop the process if it still runs (it was never given a job) and remove its folder."""
+        if self.process.poll() is None:
+            _kill_process_group(self.process)
+        if self.process.stdin is not None and not self.process.stdin.closed:
+            try:
+                self.process.stdin.close()
+            except OSError:
+                pass
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
 def run_grader(
     settings: Settings,
     *,
@@ -191,60 +295,63 @@ def run_grader(
     source_text: str,
     seed: int,
     cancel: threading.Event,
+    warm: WarmGrader | None = None,
 ) -> GradingOutcome:
     """Grade one submission in a `grader check` subprocess and return its outcome.
 
-    The grader runs in its own session (process group) with stdin closed, stdout and
-    stderr sent to files in a private temporary directory, and a scrubbed environment.
-    The call blocks (up to ``settings.grader_timeout_s``); setting `cancel` from another
-    thread kills the whole process group.
+    The grader runs in its own session (process group) with stdin closed (or, for ``warm``,
+    closed right after the job), stdout and stderr sent to files in a private temporary
+    directory, and a scrubbed environment. ``warm``: a grader started before the job, used
+    when it still runs (else one is started as usual); the caller closes it afterwards.
+    The call blocks (up to ``settings.grader_timeout_s`` from the job's start); setting
+    `cancel` from another thread kills the whole process group.
 
     Raises:
         InfrastructureFailure: the grading broke for reasons outside the submission.
         GradingCancelled: `cancel` was set before the grader finished.
     """
+    if warm is not None:
+        started = time.monotonic()
+        workspace = warm.hand_over(assignment=assignment, source_text=source_text, seed=seed)
+        if workspace is not None:
+            return _wait_for_grader(settings, warm.process, workspace, cancel, started=started)
     with grading_workspace(assignment=assignment, source_text=source_text) as workspace:
         command = build_grade_command(
             settings, source_path=workspace.source_path, seed=seed, assignment=assignment
         )
         started = time.monotonic()
-        with workspace.stdout_path.open("wb") as stdout, workspace.stderr_path.open("wb") as stderr:
-            try:
-                process = subprocess.Popen(  # noqa: S603 - argv list, no shell
-                    command,
-                    stdin=subprocess.DEVNULL,
-                    stdout=stdout,
-                    stderr=stderr,
-                    cwd=workspace.root,
-                    env=grader_environment(os.environ),
-                    start_new_session=True,
-                    preexec_fn=_SET_PARENT_DEATH_SIGNAL,  # noqa: PLW1509 - async-signal-safe call only
-                )
-            except OSError as exc:
-                raise InfrastructureFailure(f"cannot start the grader {command[0]!r}: {exc}") from exc
-            deadline = started + settings.grader_timeout_s
-            timed_out = False
-            while process.poll() is None:
-                if cancel.wait(0.1):
-                    _kill_process_group(process)
-                    raise GradingCancelled("grading cancelled by the worker")
-                if time.monotonic() > deadline:
-                    timed_out = True
-                    _kill_process_group(process)
-                    break
-            # The grader parent is gone; make sure nothing it started lingers in its group.
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        duration_s = time.monotonic() - started
-        return interpret_grader_run(
-            settings,
-            workspace=workspace,
-            exit_code=process.returncode,
-            timed_out=timed_out,
-            duration_s=duration_s,
-        )
+        process = _start_grader(command, workspace.root, workspace.stdout_path, workspace.stderr_path,
+                                stdin=subprocess.DEVNULL)
+        return _wait_for_grader(settings, process, workspace, cancel, started=started)
+
+
+def _wait_for_grader(settings: Settings, process: subprocess.Popen[bytes], workspace: GradingWorkspace,
+                     cancel: threading.Event, *, started: float) -> GradingOutcome:
+    """Wait for a started grader (up to ``settings.grader_timeout_s`` after ``started``) and
+    interpret what it left."""
+    deadline = started + settings.grader_timeout_s
+    timed_out = False
+    while process.poll() is None:
+        if cancel.wait(0.1):
+            _kill_process_group(process)
+            raise GradingCancelled("grading cancelled by the worker")
+        if time.monotonic() > deadline:
+            timed_out = True
+            _kill_process_group(process)
+            break
+    # The grader parent is gone; make sure nothing it started lingers in its group.
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    duration_s = time.monotonic() - started
+    return interpret_grader_run(
+        settings,
+        workspace=workspace,
+        exit_code=process.returncode,
+        timed_out=timed_out,
+        duration_s=duration_s,
+    )
 
 
 def interpret_grader_run(

@@ -99,7 +99,7 @@ class Settings(BaseSettings):
     api_max_waiting: int = Field(2000, ge=0, description="long-polls (GET ...?wait=) waiting "
                                  "at once; they hold no thread or connection while waiting")
     api_retry_after_s: int = Field(1, ge=1, description="Retry-After of an `overloaded` 503")
-    long_poll_interval_s: float = Field(1.0, gt=0, description="how often a long-poll rereads "
+    long_poll_interval_s: float = Field(0.25, gt=0, description="how often a long-poll rereads "
                                         "the submission's status")
     db_pool_timeout_s: float = Field(5.0, gt=0, description="longest wait for a pooled "
                                      "connection before the request is answered 503")
@@ -118,7 +118,8 @@ class Settings(BaseSettings):
         None, gt=0, description="lease renewal period; default lease_s / 4"
     )
     max_attempts: int = Field(3, ge=1, description="gradings tried before an infrastructure error")
-    poll_interval_s: float = Field(1.0, gt=0)
+    poll_interval_s: float = Field(0.25, gt=0, description="idle worker's wait between two "
+                                   "claims: at most this long from upload to the start of grading")
     worker_stale_after_s: float | None = Field(
         None, gt=0, description="healthz: heartbeat age limit; default 3 heartbeat intervals"
     )
@@ -135,6 +136,9 @@ class Settings(BaseSettings):
     grader_device: str = "auto"
     grader_benchmark: str = "auto"
     grader_timeout_s: float = Field(1800.0, gt=0, description="outer wall-clock limit")
+    grader_warm_start: bool = Field(True, description="start the next grader (`--job-on-stdin`) "
+                                    "as soon as a grading ends, so a job does not wait for its "
+                                    "start-up (Python, torch)")
     max_result_bytes: int = Field(8 * 1024 * 1024, gt=0, description="cap on grader stdout")
     stored_log_cap_bytes: int = Field(64 * 1024, gt=0, description="cap on each stored log text")
 

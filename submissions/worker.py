@@ -33,7 +33,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from submissions import repository
-from submissions.grading import GradingCancelled, InfrastructureFailure, run_grader
+from submissions.grading import GradingCancelled, InfrastructureFailure, WarmGrader, run_grader
 from submissions.models import utc_now
 from submissions.repository import ClaimedJob, FinishedGradingWrite
 from submissions.service import derive_grading_seed
@@ -57,6 +57,15 @@ def backoff_delays(first_s: float, max_s: float, rng: random.Random | None = Non
     while True:
         yield rng.uniform(delay / 2, delay)
         delay = min(max_s, delay * 2)
+
+
+def _run_grader_then_close(settings: Settings, *, warm: WarmGrader | None, **job) -> object:
+    """``run_grader`` with ``warm`` (if any), which is closed afterwards whatever happened."""
+    try:
+        return run_grader(settings, warm=warm, **job)
+    finally:
+        if warm is not None:
+            warm.close()
 
 
 def default_worker_id() -> str:
@@ -93,6 +102,7 @@ class Worker:
         self._lock = threading.Lock()
         self._current: _CurrentJob | None = None
         self._stop = threading.Event()
+        self._warm: WarmGrader | None = None  # the next job's grader, started ahead
         self.spool = ResultSpool(settings.result_spool_dir, database_url=settings.database_url)
 
     # ------------------------------------------------------------------ public loop
@@ -107,6 +117,7 @@ class Worker:
         logger.info("worker %s started", self.worker_id)
         try:
             self.flush_spool()
+            self._prepare_warm_grader()
             while not self._stop.is_set():
                 try:
                     processed = self.process_next_job()
@@ -117,6 +128,9 @@ class Worker:
                     self._stop.wait(self.settings.poll_interval_s)
         finally:
             self._stop.set()
+            if self._warm is not None:
+                self._warm.close()
+                self._warm = None
             heartbeat.join(timeout=5)
             try:
                 with self.session_factory.begin() as session:
@@ -168,7 +182,23 @@ class Worker:
         if job is None:
             return False
         self._grade(job)
+        self._prepare_warm_grader()
         return True
+
+    def _prepare_warm_grader(self) -> None:
+        """Start the grader of the next job now (``settings.grader_warm_start``), unless one
+        waits already; a grader that cannot start is started again with its job."""
+        if not self.settings.grader_warm_start or self._stop.is_set():
+            return
+        if self._warm is not None and self._warm.process.poll() is None:
+            return
+        if self._warm is not None:
+            self._warm.close()
+        try:
+            self._warm = WarmGrader(self.settings)
+        except InfrastructureFailure as failure:
+            logger.warning("worker %s: could not start the next grader ahead: %s", self.worker_id, failure.reason)
+            self._warm = None
 
     # ------------------------------------------------------------------ one job
 
@@ -185,13 +215,15 @@ class Worker:
                 deployment_seed=self.settings.deployment_seed.get_secret_value(),
                 submission_id=job.submission_id,
             )
+            warm, self._warm = self._warm, None
             try:
-                outcome = run_grader(
+                outcome = _run_grader_then_close(
                     self.settings,
                     assignment=job.assignment,
                     source_text=job.source_text,
                     seed=seed,
                     cancel=current.cancel,
+                    warm=warm,
                 )
             except GradingCancelled:
                 self._after_cancel(current)

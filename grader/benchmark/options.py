@@ -13,7 +13,12 @@ class BenchmarkOptions:
 
     Attributes:
         sets: buffer sets of inputs the calls rotate through (inputs never served from L2).
-        budget_s: time budget per implementation, row and timing method, seconds.
+        budget_s: time budget per implementation and row of the graph timing (the ranked
+            one), seconds.
+        event_budget_s: the same for the event timing, seconds. Events are the cross-check
+            (against the wall-clock lower bound, and beside the graph figure), so they get a
+            shorter budget: most of a timed call's cost is its untimed verification on the
+            host, and the benchmark's time is exclusive GPU time (issue 11: at most 8 s).
         min_samples / max_samples: sample count bounds per timing method.
         target_rel_sem: stop sampling once the standard error of the mean is this fraction of it.
         warmup_s: warm-up after the first (compiling) call, seconds (at least 3 calls).
@@ -31,7 +36,8 @@ class BenchmarkOptions:
     """
 
     sets: int = 4
-    budget_s: float = 0.4
+    budget_s: float = 0.25
+    event_budget_s: float = 0.15
     min_samples: int = 25
     max_samples: int = 3000
     target_rel_sem: float = 0.002
@@ -50,7 +56,7 @@ class BenchmarkOptions:
 
     def child_options(self) -> dict:
         """The settings the timing children read."""
-        keys = ("sets", "budget_s", "min_samples", "max_samples", "target_rel_sem", "warmup_s",
+        keys = ("sets", "budget_s", "event_budget_s", "min_samples", "max_samples", "target_rel_sem", "warmup_s",
                 "flush_bytes", "sample_rows", "save_full", "compile_peer", "copy_bytes")
         return {k: getattr(self, k) for k in keys}
 

@@ -109,7 +109,7 @@ def _impl_summary(result: dict | None, floor_min: float, floor_two_pass: float) 
     if not result:
         return {"error": "not timed"}
     keys = ("event", "graph", "wall", "first_call_s", "verified", "event_verified", "graph_verified", "error",
-            "launches", "torch_ops", "persisting_l2_limit_after")
+            "launches", "torch_ops", "persisting_l2_limit_after", "stage_s")
     out = {k: result[k] for k in keys if k in result}
     for method in ("event", "graph"):
         if method in out:

@@ -227,6 +227,7 @@ class Child:
         self.recordings: list[dict] = []
         self.kernels: dict[str, tuple[dict, bytes]] = {}
         self.function = None
+        self._bench = None
         self.synchronize()
 
     def synchronize(self) -> None:
@@ -400,17 +401,160 @@ class Child:
                 return False
         return True
 
+    # ---- compile-only pass (GPU) ------------------------------------------------------------
+    def precompile_trials(self) -> list:
+        """The distinct calls of the plan (and the benchmark rows) to run compile-only: one per
+        argument layout (dtype, size, stride, 16-byte alignment of the first element; scalar
+        values), which is what Triton specialises on; each is a function returning (args,
+        kwargs) on new buffers. Calls that must be rejected (a tensor on the other device, or
+        one that requires grad) and tiled ones are left out: they compile nothing useful."""
+        torch = self.torch
+        clones: dict = {}
+        seen: set = set()
+        trials: list = []
+
+        def layout(arg) -> tuple:
+            if arg.kind == "scalar":
+                return ("scalar", type(arg.value).__name__, repr(arg.value))
+            base = self.bases[arg.base]
+            return ("tensor", str(base.dtype), tuple(arg.size), tuple(arg.stride),
+                    arg.offset * base.element_size() % 16)
+
+        def view(arg):
+            if arg.kind == "scalar":
+                return arg.value
+            if arg.base not in clones:
+                clones[arg.base] = self.bases[arg.base].clone()
+                self.keep_alive.append(clones[arg.base])
+            return torch.as_strided(clones[arg.base], arg.size, arg.stride, arg.offset)
+
+        for step in self.plan.steps:
+            for call in step.calls:
+                specs = [*call.args, *call.kwargs.values()]
+                if any(a.kind == "tiled" or (a.kind == "tensor" and (a.device != "primary" or a.requires_grad))
+                       for a in specs):
+                    continue
+                key = (tuple(layout(a) for a in call.args),
+                       tuple((name, layout(a)) for name, a in sorted(call.kwargs.items())))
+                if key in seen:
+                    continue
+                seen.add(key)
+                trials.append(lambda call=call: ([view(a) for a in call.args],
+                                                 {name: view(a) for name, a in call.kwargs.items()}))
+        for row in self.plan.benchmark_rows:
+            def row_inputs(row=row):
+                dtype = getattr(torch, row.dtype)
+                return list(self.bench_module().make_inputs(tuple(row.shape), dtype, row.warmup_seed, self.device)), {}
+            trials.append(row_inputs)
+        return trials
+
+    def precompile(self) -> None:
+        """Compile the submission's Triton specialisations on ``plan.precompile_threads``
+        threads before the checks run, so that the checks' first launches find them compiled.
+
+        Triton compiles one kernel at a time, at its first launch; a submission with a dozen
+        specialisations (dtypes, block sizes, alignments) spends most of its correctness run
+        there. Here every distinct call of the plan is made once with launches turned into
+        compile-only warm-ups (``JITFunction.run(..., warmup=True)``) inside Triton 3.6's
+        ``AsyncCompileMode``, which hands each compilation to a thread pool (its MLIR passes,
+        LLVM and ptxas release the GIL); an autotuner compiles every config its pruning keeps,
+        without timing any or choosing one. Leaving the mode waits for every compilation and
+        fills the kernels' caches. Nothing is launched, so the outputs of these calls are
+        meaningless and dropped; what they raise is ignored (the real call raises it again, and
+        a failed compilation is compiled again, and reported, at the real launch). The pass is
+        bracketed by ``compile begin``/``compile end`` (the parent leaves it out of the time
+        limit, within the compile budget). GPU only: the interpreter compiles nothing."""
+        threads = self.plan.precompile_threads
+        if threads <= 0 or self.recorder.interpret or not self.device.startswith("cuda"):
+            return
+        try:
+            import triton.runtime.jit as jit
+            from triton.runtime._async_compile import AsyncCompileMode
+            from triton.runtime.autotuner import Autotuner
+        except ImportError:  # pragma: no cover - another Triton version: compile at first launch
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        trials = self.precompile_trials()
+        if not trials:
+            return
+        original_run, original_tune = jit.JITFunction.run, Autotuner.run
+
+        def compile_only(kernel, *args, grid=None, warmup=None, __run=original_run, **kwargs):
+            return __run(kernel, *args, grid=grid, warmup=True, **kwargs)
+
+        def compile_configs(tuner, *args, __tune=original_tune, **kwargs):
+            if len(tuner.configs) <= 1:
+                return __tune(tuner, *args, **kwargs)
+            tuner.nargs = dict(zip(tuner.arg_names, args))
+            try:
+                configs = tuner.prune_configs(kwargs)
+            except Exception:  # noqa: BLE001 - the real call prunes (and raises) again
+                configs = tuner.configs
+            for config in configs:
+                try:
+                    tuner.fn.run(*args, **kwargs, **config.all_kwargs())
+                except Exception:  # noqa: BLE001 - reported by the real call
+                    pass
+            tuner.nargs = None
+            return None
+
+        self.progress.write("precompile")
+        self.progress.write("compile begin")
+        executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="precompile")
+        try:
+            jit.JITFunction.run, Autotuner.run = compile_only, compile_configs
+            with AsyncCompileMode(executor, ignore_errors=True) as mode:
+                try:
+                    for make in trials:
+                        try:
+                            args, kwargs = make()
+                            self.function(*args, **kwargs)
+                        except KeyboardInterrupt:
+                            raise
+                        except BaseException:  # noqa: BLE001 - SystemExit too: the real call says it
+                            pass
+                        args = kwargs = None
+                finally:
+                    jit.JITFunction.run, Autotuner.run = original_run, original_tune
+            # Each compiled kernel's launcher (Triton 3.6 builds a C launcher per signature with
+            # the host compiler, and loads the binary into the CUDA context, at the first
+            # launch): done here on the same threads. An error (e.g. too much shared memory) is
+            # kept by the kernel and raised at its real launch, as without this pass.
+            compiled = [future.kernel for future in mode.future_kernels.values() if future.kernel is not None]
+            for loading in [executor.submit(_load_kernel, kernel) for kernel in compiled]:
+                loading.exception()
+        except KeyboardInterrupt:
+            raise
+        except BaseException:  # noqa: BLE001 - e.g. another AsyncCompileMode active: compile at launch
+            pass
+        finally:
+            jit.JITFunction.run, Autotuner.run = original_run, original_tune
+            executor.shutdown(wait=True)
+            try:
+                self.synchronize()
+            except Exception:  # noqa: BLE001 - a poisoned context: the first real call reports it
+                pass
+            self.progress.write("compile end")
+
     # ---- benchmark rows (GPU) ---------------------------------------------------------------
+    def bench_module(self):
+        """The assignment's bench.py (staged beside this file as ``assignment_bench.py``)."""
+        if self._bench is None:
+            import importlib.util
+
+            path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assignment_bench.py")
+            spec = importlib.util.spec_from_file_location("assignment_bench", path)
+            bench = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(bench)
+            self._bench = bench
+        return self._bench
+
     def record_benchmark_rows(self) -> None:
         """Call the submission once per benchmark row (after a warm-up call) and record it."""
         if not self.plan.benchmark_rows:
             return
-        import importlib.util
-
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assignment_bench.py")
-        spec = importlib.util.spec_from_file_location("assignment_bench", path)
-        bench = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(bench)
+        bench = self.bench_module()
         rows = []
         for row in self.plan.benchmark_rows:
             dtype = getattr(self.torch, row.dtype)
@@ -465,6 +609,7 @@ class Child:
 
         if not self.build_inputs() or not self.import_submission():
             return 0
+        self.precompile()
         for step_index, step in enumerate(self.plan.steps):
             reports: list = []
             saved: dict = {}
@@ -485,6 +630,21 @@ class Child:
         _write_json(os.path.join(self.workdir, "done.json"), {"phase": "done", "notes": autotune_notes(self.narrowed)})
         self.progress.write("done")
         return 0
+
+
+def _load_kernel(kernel) -> None:
+    """Build a compiled Triton kernel's launcher and load its binary (``CompiledKernel._init_handles``,
+    Triton 3.6), as its first launch would. On any error the kernel is put back as it was
+    (no launcher, no module), so that its first launch does it all again on the calling thread
+    and raises what it raises there."""
+    init = getattr(kernel, "_init_handles", None)
+    if init is None or getattr(kernel, "module", None) is not None:  # another Triton, or loaded
+        return
+    try:
+        init()
+    except Exception:  # noqa: BLE001 - redone, and reported, at the real launch
+        kernel._run = None
+        kernel.module = None
 
 
 def _output_to_save(plain, call_id: str, sample_rows) -> dict:

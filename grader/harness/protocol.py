@@ -128,7 +128,11 @@ class BenchmarkRowSpec(_Model):
 
 
 class CheckPlan(_Model):
-    """Everything the correctness child needs (``plan.json``)."""
+    """Everything the correctness child needs (``plan.json``).
+
+    ``precompile_threads``: threads for the compile-only pass over the planned calls before
+    the checks (GPU only; 0: no such pass, each specialisation compiles at its first launch).
+    """
 
     function: str
     module_file: str
@@ -136,6 +140,7 @@ class CheckPlan(_Model):
     other_device: str
     steps: list[StepSpec]
     benchmark_rows: list[BenchmarkRowSpec] = Field(default_factory=list)
+    precompile_threads: int = Field(0, ge=0, le=64)
 
 
 # ---- child -> parent (hostile) -----------------------------------------------------------

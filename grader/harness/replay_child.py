@@ -57,6 +57,7 @@ from launches import fresh_buffers, output_view  # noqa: E402
 from timing import DTYPES, PersistingL2, Timer, _sync, gpu_info, versions  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+_perf = time.perf_counter
 
 
 def _load_module(name: str):
@@ -269,6 +270,17 @@ def regenerate(bench, like: list, seed: int, generator: torch.Generator) -> list
 
 
 def _time_row(row: dict, spec: dict, opts: dict, bench, oracle, kernels: Kernels, timer: Timer, generator) -> dict:
+    """Time and verify one row; the result's ``stage_s`` gives the wall seconds of each stage
+    (setup, warmup, event, wall, graph), the row's share of the benchmark's exclusive GPU time."""
+    stage_started = _perf()
+    stage_s: dict[str, float] = {}
+
+    def stage(name: str) -> None:
+        nonlocal stage_started
+        now = _perf()
+        stage_s[name] = now - stage_started
+        stage_started = now
+
     recording = protocol.CallRecording.model_validate(row["recording"])
     shape, dtype = tuple(row["shape"]), DTYPES[row["dtype"]]
     tolerance = spec["tolerances"][row["dtype"]]
@@ -311,7 +323,10 @@ def _time_row(row: dict, spec: dict, opts: dict, bench, oracle, kernels: Kernels
         for k in range(n_sets):
             verify_and_refresh(k)
 
-    out: dict = {"launches": len(recording.launches), "kernels": sorted({launch.kernel[:12] for launch in recording.launches})}
+    out: dict = {"launches": len(recording.launches), "kernels": sorted({launch.kernel[:12] for launch in recording.launches}),
+                 "stage_s": stage_s}
+    _sync()
+    stage("setup")
     for _ in range(3):  # warm-up (no compilation here: the binaries are loaded)
         for k in range(n_sets):
             call(k)
@@ -323,12 +338,15 @@ def _time_row(row: dict, spec: dict, opts: dict, bench, oracle, kernels: Kernels
                            "verified against regenerated inputs (the grader's fault, not the submission's)")
     del probe
     _sync()
+    stage("warmup")
     timer.l2.reset()
     stats, _ = timer.events(call, n_sets, after=verify_and_refresh)
     _sync()
     out["event"] = stats
     out["event_verified"] = _verdict(state)
+    stage("event")
     out["wall"] = timer.wall(call, n_sets)
+    stage("wall")
     timer.l2.reset()
     state.update(_fresh_state())
     try:
@@ -341,6 +359,7 @@ def _time_row(row: dict, spec: dict, opts: dict, bench, oracle, kernels: Kernels
     finally:
         timer._keep = None
     out["persisting_l2_limit_after"] = timer.l2.limit()
+    stage("graph")
     return out
 
 

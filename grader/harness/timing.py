@@ -14,7 +14,8 @@ Timing method (per implementation and row; all times in seconds):
   host clock: ``gpu_lower_bound = wall - cpu_call - sync_floor`` bounds from below the GPU
   work of the call on ALL streams, which the event time must not undercut.
 - sampling: batches until the relative standard error of the mean is below
-  ``target_rel_sem`` (with at least ``min_samples``), or ``budget_s`` or ``max_samples``
+  ``target_rel_sem`` (with at least ``min_samples``), or the method's budget (``budget_s`` for
+  graphs, ``event_budget_s`` for events, default ``budget_s``) or ``max_samples``
   runs out; the stop reason and the raw samples are reported, and the parent computes the
   statistics from the samples (``summarize``).
 """
@@ -232,6 +233,7 @@ class Timer:
         samples: list[float] = []
         outs: list = [None] * n_sets
         started = _perf()
+        opts = dict(self.opts, budget_s=self.opts.get("event_budget_s", self.opts["budget_s"]))
         batch = 16
         index = 0
         while True:
@@ -248,7 +250,7 @@ class Timer:
                     after(k)
             _sync()
             samples += [_ev_elapsed(start, end) * 1e-3 for start, end in pairs]
-            stop = _stop_reason(samples, started, self.opts)
+            stop = _stop_reason(samples, started, opts)
             if stop:
                 return {**summarize(samples, stop), "samples_s": samples}, outs
 
@@ -349,7 +351,8 @@ def measure_copy_bandwidth(opts: dict, timer: Timer) -> dict:
     nbytes = int(opts.get("copy_bytes", 1 << 30))
     src = torch.randn(nbytes // 4, device="cuda")
     dst = torch.empty_like(src)
-    timing = Timer(dict(opts, budget_s=min(opts["budget_s"], 1.0), min_samples=10), timer.flush_buffer, timer.l2)
+    timing = Timer(dict(opts, budget_s=min(opts["budget_s"], 1.0), event_budget_s=min(opts["budget_s"], 1.0),
+                        min_samples=10), timer.flush_buffer, timer.l2)
 
     def memcpy(_k):
         _t_copy(dst, src)

@@ -121,3 +121,73 @@ def test_wrong_rows_before_the_boundary_are_not_called_an_overflow(small_large_o
     assert "Rows before 2^31 elements are wrong too ([1, 63])" in large["message"], large["message"]
     assert "not an int32 offset overflow" in large["message"], large["message"]
     assert "Hint" not in large["message"], large["message"]
+
+
+def test_the_isolated_child_runs_beside_the_main_one_and_is_stopped_by_its_error(small_large_offsets, tmp_path):
+    """The isolated child starts with the main child. A main child that ends with an error (here
+    it exits during its first call) ends the grading at once: the isolated child, which would
+    hang in its call for the whole time limit, is killed and its check listed as not run."""
+    path = tmp_path / "softmax_backward.py"
+    source = CRASH_ON_LARGE.format(action="import time; time.sleep(600)", after="")
+    source = source.replace("    m, n = y.shape\n", "    m, n = y.shape\n    if m != 70:\n        os._exit(3)\n", 1)
+    path.write_text(source)
+    document = strict_json(grade_file(path, assignment="softmax_backward", device="cpu", seed=0,
+                                      settings=settings(child_timeout_s=120)).to_json())
+    assert document["verdict"] == "error" and document["error"]["kind"] == "exited", summary(document)
+    large = _check(document, "large_offsets")
+    assert large["skipped"] and large["message"].startswith("not run"), large
+    # Not the 120 s the hanging isolated child would have taken: it was cancelled.
+    assert document["duration_s"] < 90, document["timings_s"]
+    assert "isolated_child" not in document["timings_s"], document["timings_s"]
+
+
+def test_the_isolated_child_overlaps_the_main_one(small_large_offsets, tmp_path):
+    """Both children sleep 4 s in a call (the main one on its first fp32 check call, the
+    isolated one on its 70 x 64 call): the grading takes less than the two children's times
+    added, so they ran at the same time."""
+    path = tmp_path / "softmax_backward.py"
+    source = CRASH_ON_LARGE.format(action="import time; time.sleep(4)", after="")
+    source = source.replace("    m, n = y.shape\n",
+                            "    m, n = y.shape\n    if (m, n) == (4, 300):\n        import time; time.sleep(4)\n", 1)
+    path.write_text(source)
+    document = _grade(path)
+    assert document["verdict"] == "passed", summary(document)
+    timings = document["timings_s"]
+    assert timings["child"] > 4 and timings["isolated_child"] > 4, timings
+    assert document["duration_s"] < timings["child"] + timings["isolated_child"], timings
+
+
+def test_an_isolated_child_crowded_out_beside_the_main_one_runs_again_alone(small_large_offsets, tmp_path):
+    """When the isolated child run beside the main one could not build its inputs on the device
+    (a submission could fill the memory to crowd the check out), the check is not skipped on
+    that evidence: the child runs again, alone, and that run decides."""
+    import grader.runner as runner
+    from grader.assignments import get_assignment
+    from grader.contract import CapturedLog
+    from grader.plan import CheckEvidence
+    from grader.sandbox import ChildOutcome
+
+    assignment = get_assignment("softmax_backward")
+    plan = assignment.build_plan(seed=0, device="cpu")
+    crowded = tmp_path / "crowded"
+    crowded.mkdir()
+    (crowded / "done.json").write_text('{"phase": "inputs", "exception": {"type": "OutOfMemoryError", '
+                                       '"message": "CUDA out of memory"}}')
+
+    class CrowdedOut:
+        """The child beside the main one, as it ends when the memory was taken."""
+
+        def result(self):
+            return crowded, ChildOutcome(returncode=0, timed_out=False, memory_exceeded=False,
+                                         output_exceeded=False, log=CapturedLog(), duration_s=1.5)
+
+    (tmp_path / "cache").mkdir()
+    evidence, finished, timings = CheckEvidence(calls={}, bank=plan.bank), set(), {}
+    runner._run_isolated(plan, assignment, REFERENCE.read_text(), evidence, finished, device="cpu",
+                         settings=settings(), grading_dir=tmp_path, cache_dir=tmp_path / "cache",
+                         timings=timings, started=CrowdedOut())
+    assert timings["isolated_child_beside_main"] == 1.5 and "isolated_child" in timings, timings
+    large = next(c for c in plan.checks if c.name == "large_offsets")
+    assert large.skip_reason is None and "large_offsets" in finished
+    outcome = large.evaluate(large, evidence)
+    assert outcome.passed, outcome

@@ -1,6 +1,8 @@
 """A stand-in for `grader check` used by the service tests (no torch, starts fast).
 
-Usage (as the worker calls it): fake_grader.py SOURCE --json - --seed S --device D --benchmark B
+Usage (as the worker calls it): fake_grader.py SOURCE --json - --seed S --device D --benchmark B,
+or, started ahead of its job: fake_grader.py --job-on-stdin --json - --device D --benchmark B and
+the job ({"source": ..., "seed": ..., "assignment": ...}) as one line on stdin.
 
 Behaviour is chosen by a directive line in the submitted source:
     # fake-grader: verdict=failed speedup=1.5 sleep=2 exit=3 ...
@@ -31,16 +33,24 @@ from grader.contract import SCHEMA_VERSION, ResultDocument
 
 
 def main() -> int:
-    source_path = Path(sys.argv[1])
-    args = sys.argv[2:]
-    seed = int(args[args.index("--seed") + 1])
+    if "--job-on-stdin" in sys.argv:
+        # Started ahead of its job (the worker's WarmGrader): the job is one JSON line on stdin.
+        line = sys.stdin.readline()
+        if not line.strip():
+            return 0
+        job = json.loads(line)
+        source_path, seed = Path(job["source"]), int(job["seed"])
+    else:
+        source_path = Path(sys.argv[1])
+        args = sys.argv[2:]
+        seed = int(args[args.index("--seed") + 1])
     source = source_path.read_text(encoding="utf-8")
     match = re.search(r"#\s*fake-grader:(.*)", source)
     options = dict(item.split("=", 1) for item in match.group(1).split()) if match else {}
 
     if "record" in options:
         Path(options["record"]).write_text(json.dumps({
-            "argv": sys.argv, "env": sorted(os.environ), "cwd": os.getcwd(),
+            "argv": sys.argv, "env": sorted(os.environ), "cwd": os.getcwd(), "pid": os.getpid(),
             "source_name": source_path.name, "stdin_is_devnull": _stdin_is_devnull(),
         }))
     if "runs" in options:

@@ -12,6 +12,7 @@ import pytest
 from submissions.grading import (
     GradingCancelled,
     InfrastructureFailure,
+    WarmGrader,
     build_grade_command,
     grader_environment,
     run_grader,
@@ -98,6 +99,43 @@ def test_command_environment_and_file_name(tmp_path, monkeypatch) -> None:
         assert name not in seen["env"]
     assert "GRADER_SANDBOX" in seen["env"]
     assert seen["stdin_is_devnull"]
+
+
+def test_a_grader_started_ahead_gets_its_job_on_stdin(tmp_path, monkeypatch) -> None:
+    """The worker starts the next grader before its job (WarmGrader): the job reaches that very
+    process as one line on stdin, which is then closed; the environment is scrubbed alike."""
+    record = tmp_path / "record.json"
+    monkeypatch.setenv("GRADER_INSTRUCTOR_TOKEN", "secret-value")
+    settings = make_settings("sqlite:///unused.db", grader_timeout_s=20, grader_device="cpu")
+    warm = WarmGrader(settings)
+    try:
+        outcome = run_grader(settings, assignment="softmax_backward", source_text=kernel_source(f"record={record}"),
+                             seed=99, cancel=threading.Event(), warm=warm)
+    finally:
+        warm.close()
+    assert outcome.status is SubmissionStatus.PASSED
+    seen = json.loads(record.read_text())
+    assert seen["pid"] == warm.process.pid and seen["source_name"] == "softmax_backward.py"
+    assert seen["argv"][1:] == ["--job-on-stdin", "--json", "-", "--device", "cpu", "--benchmark", "auto"]
+    assert "GRADER_INSTRUCTOR_TOKEN" not in seen["env"] and seen["stdin_is_devnull"]
+    assert not warm.root.exists()
+
+
+def test_a_grader_started_ahead_that_died_is_replaced_for_the_job(tmp_path) -> None:
+    record = tmp_path / "record.json"
+    settings = make_settings("sqlite:///unused.db", grader_timeout_s=20)
+    warm = WarmGrader(settings)
+    warm.process.kill()
+    warm.process.wait()
+    try:
+        outcome = run_grader(settings, assignment="softmax_backward", source_text=kernel_source(f"record={record}"),
+                             seed=5, cancel=threading.Event(), warm=warm)
+    finally:
+        warm.close()
+    assert outcome.status is SubmissionStatus.PASSED
+    seen = json.loads(record.read_text())
+    assert seen["pid"] != warm.process.pid and "--job-on-stdin" not in seen["argv"]
+    assert seen["argv"][2:4] == ["--json", "-"]
 
 
 def test_default_command_is_python_m_grader_check() -> None:
