@@ -182,7 +182,7 @@ class Worker:
         if job is None:
             return False
         self._grade(job)
-        self._prepare_warm_grader()
+        self._prepare_warm_grader()  # when the one started beside the grading has died
         return True
 
     def _prepare_warm_grader(self) -> None:
@@ -216,6 +216,10 @@ class Worker:
                 submission_id=job.submission_id,
             )
             warm, self._warm = self._warm, None
+            # The next job's grader starts now, beside this grading (its start-up is CPU work
+            # that ends long before this grading's timing phase): back-to-back jobs, a deadline
+            # rush, find it ready too.
+            self._prepare_warm_grader()
             try:
                 outcome = _run_grader_then_close(
                     self.settings,

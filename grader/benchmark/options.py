@@ -36,7 +36,7 @@ class BenchmarkOptions:
     """
 
     sets: int = 4
-    budget_s: float = 0.25
+    budget_s: float = 0.4
     event_budget_s: float = 0.15
     min_samples: int = 25
     max_samples: int = 3000

@@ -353,15 +353,11 @@ def _time_row(row: dict, spec: dict, opts: dict, bench, oracle, kernels: Kernels
         for k in ks:  # after the gathers above (same stream): the verified values were the timed ones
             refresh(k)
 
-    unverified: list[int] = []
-
     def verify_after_call(k: int) -> None:
-        # Events: set k is next called n_sets calls later, so the sets' last calls are verified
-        # together once every set has been called (what is left at the end, after the loop).
-        unverified.append(k)
-        if len(unverified) == n_sets:
-            verify_and_refresh_sets(unverified[:])
-            unverified.clear()
+        # Events: each call is verified right after it. Deferring the verification to every
+        # n_sets-th call (fewer host operations) left the event samples 5-10x noisier on the H200
+        # (calls back to back, then one burst of verification work; docs/benchmarks.md).
+        verify_and_refresh_sets([k])
 
     def verify_all() -> None:
         verify_and_refresh_sets(list(range(n_sets)))
@@ -384,8 +380,6 @@ def _time_row(row: dict, spec: dict, opts: dict, bench, oracle, kernels: Kernels
     stage("warmup")
     timer.l2.reset()
     stats, _ = timer.events(call, n_sets, after=verify_after_call)
-    if unverified:
-        verify_and_refresh_sets(unverified[:])
     _sync()
     out["event"] = stats
     out["event_verified"] = _verdict(state)

@@ -56,13 +56,9 @@ ZERO_FAILS = VALUE_CHECKS - {"row_sum_invariant"}  # zeros sum to zero along eve
 NO_TENSOR_FAILS = VALUE_CHECKS | {"output_contract"}  # triton_kernel: skipped, no right output
 GIB = 2**30
 
-KNOWN_GRADER_BUGS = {
-    "forged_result_files.py": (
-        "known limitation (docs/security.md): whether a call raised is the child's word; an atexit hook "
-        "rewrites step_<i>.json after the harness, so rejects_mismatch and rejects_requires_grad pass "
-        "for a function that validates nothing"
-    ),
-}
+# Empty since the check child leaves with os._exit once done.json is written: the atexit hook
+# of forged_result_files.py, which rewrote step_<i>.json after the harness, no longer runs.
+KNOWN_GRADER_BUGS: dict[str, str] = {}
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ is re-queued when its lease expires and finished by another worker, never by two
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -167,3 +168,28 @@ def test_sigkilled_worker_job_is_requeued_and_finished_by_another(committed_db, 
                 process.terminate()
                 process.wait(timeout=15)
     assert survivor.returncode == 0, (tmp_path / "survivor.log").read_text()[-2000:]
+
+
+def test_each_job_goes_to_a_grader_started_before_it(committed_db, api, tmp_path) -> None:
+    """The worker starts the next job's grader (`--job-on-stdin`) when a grading starts, so
+    back-to-back jobs find a grader already loaded; each grader takes exactly one job."""
+    _, token = create_student(api)
+    records = [tmp_path / "first.json", tmp_path / "second.json"]
+    ids = [upload(api, token, kernel_source(f"record={record}")).json()["id"] for record in records]
+    worker = Worker(committed_db.settings(), committed_db.session_factory, worker_id="w-warm")
+    try:
+        worker._prepare_warm_grader()
+        first = worker._warm.process
+        assert worker.process_next_job() is True
+        second = worker._warm.process  # started while the first job was graded
+        assert second.pid != first.pid and second.poll() is None
+        assert worker.process_next_job() is True
+        seen = [json.loads(record.read_text()) for record in records]
+        assert [s["pid"] for s in seen] == [first.pid, second.pid]
+        assert all("--job-on-stdin" in s["argv"] for s in seen)
+        assert worker._warm.process.poll() is None  # the third, waiting
+    finally:
+        if worker._warm is not None:
+            worker._warm.close()
+    for submission_id in ids:
+        assert _status(committed_db, submission_id).status == "passed"
