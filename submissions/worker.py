@@ -182,7 +182,7 @@ class Worker:
         if job is None:
             return False
         self._grade(job)
-        self._prepare_warm_grader()  # when the one started beside the grading has died
+        self._prepare_warm_grader()
         return True
 
     def _prepare_warm_grader(self) -> None:
@@ -216,10 +216,9 @@ class Worker:
                 submission_id=job.submission_id,
             )
             warm, self._warm = self._warm, None
-            # The next job's grader starts now, beside this grading (its start-up is CPU work
-            # that ends long before this grading's timing phase): back-to-back jobs, a deadline
-            # rush, find it ready too.
-            self._prepare_warm_grader()
+            # The next job's grader is started when this grading has ended, not beside it: on
+            # the H200 a grader starting (importing torch) beside a grading's parent slowed that
+            # parent's CPU-parallel plan building from 0.4 s to 2.5-3.1 s (docs/benchmarks.md).
             try:
                 outcome = _run_grader_then_close(
                     self.settings,

@@ -171,8 +171,8 @@ def test_sigkilled_worker_job_is_requeued_and_finished_by_another(committed_db, 
 
 
 def test_each_job_goes_to_a_grader_started_before_it(committed_db, api, tmp_path) -> None:
-    """The worker starts the next job's grader (`--job-on-stdin`) when a grading starts, so
-    back-to-back jobs find a grader already loaded; each grader takes exactly one job."""
+    """The worker starts the next job's grader (`--job-on-stdin`) as soon as a grading ends,
+    so that a job finds a grader already loaded; each grader takes exactly one job."""
     _, token = create_student(api)
     records = [tmp_path / "first.json", tmp_path / "second.json"]
     ids = [upload(api, token, kernel_source(f"record={record}")).json()["id"] for record in records]
@@ -181,7 +181,7 @@ def test_each_job_goes_to_a_grader_started_before_it(committed_db, api, tmp_path
         worker._prepare_warm_grader()
         first = worker._warm.process
         assert worker.process_next_job() is True
-        second = worker._warm.process  # started while the first job was graded
+        second = worker._warm.process  # started when the first grading ended
         assert second.pid != first.pid and second.poll() is None
         assert worker.process_next_job() is True
         seen = [json.loads(record.read_text()) for record in records]
