@@ -234,7 +234,6 @@ class _IsolatedChild:
         self._result: tuple | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="isolated-child", daemon=True)
-        self.started_at = time.monotonic()
         self._thread.start()
 
     def _run(self) -> None:

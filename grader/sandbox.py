@@ -173,8 +173,9 @@ class ProgressLines(threading.Thread):
     and how long the child spent compiling.
 
     The harness writes ``import`` before any submission code runs, so ``first == "import"``
-    proves that the harness started, and ``call <id>`` before each call (``calls_started``
-    counts them); the submission can append lines but not remove them.
+    proves that the harness started, ``precompile`` before its compile-only pass, and
+    ``call <id>`` before each call (``calls_started`` counts them); the submission can append
+    lines but not remove them.
     ``compile begin`` / ``compile end`` lines (written by the harness around each Triton
     compilation) are timed here, by this process's clock when they arrive: nothing the child
     says about durations is believed, and ``last`` ignores them (it names the last call).

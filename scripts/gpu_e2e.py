@@ -30,6 +30,22 @@ UPLOADS = [
 FINAL = {"passed", "failed", "error"}
 
 
+def wait_until_healthy(client: httpx.Client, *, attempts: int = 240, pause_s: float = 0.5) -> None:
+    """Poll ``/healthz`` until it answers 200 (the server migrates, then starts listening).
+
+    Raises:
+        SystemExit: it never did, after ``attempts`` tries ``pause_s`` apart.
+    """
+    for _ in range(attempts):
+        try:
+            if client.get("/healthz").status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(pause_s)
+    raise SystemExit("server did not become healthy")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--server", required=True)
@@ -40,15 +56,7 @@ def main() -> int:
     instructor = {"Authorization": f"Bearer {os.environ['GRADER_INSTRUCTOR_TOKEN']}"}
     client = httpx.Client(base_url=args.server, timeout=30.0)
 
-    for _ in range(240):  # the server migrates, then starts listening
-        try:
-            if client.get("/healthz").status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    else:
-        raise SystemExit("server did not become healthy")
+    wait_until_healthy(client)
 
     tokens = {}
     for name in sorted({student for student, _, _ in UPLOADS}):

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import httpx
+from gpu_e2e import wait_until_healthy  # scripts/ is on sys.path when this file runs
 
 TERMINAL = {"passed", "failed", "error"}
 
@@ -31,15 +32,7 @@ def main() -> int:
     args = parser.parse_args()
     instructor = {"Authorization": f"Bearer {os.environ['GRADER_INSTRUCTOR_TOKEN']}"}
     client = httpx.Client(base_url=args.server, timeout=90.0)
-    for _ in range(240):  # the server migrates, then starts listening
-        try:
-            if client.get("/healthz").status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    else:
-        raise SystemExit("server did not become healthy")
+    wait_until_healthy(client)
     response = client.post("/api/v1/students", json={"name": "latency"}, headers=instructor)
     response.raise_for_status()
     student = {"Authorization": f"Bearer {response.json()['token']}"}

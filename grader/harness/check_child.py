@@ -33,7 +33,8 @@ on the device from a few pattern rows, before the submission is imported; for ca
 ``sample_rows`` only those rows of the output are written back.
 
 Progress goes to a pipe the parent holds open (file descriptor PROGRESS_FD), one line per
-event: ``import`` before the submission is imported, ``call <id>`` before each call,
+event: ``import`` before the submission is imported, ``precompile`` before the compile-only
+pass (GPU: ``Child.precompile``), ``call <id>`` before each call,
 ``compile begin`` / ``compile end`` around each Triton compilation (the parent leaves that
 time out of the wall-clock limit, up to a budget, timing it by its own clock) and ``done`` at
 the end. What was written to a pipe cannot be taken back, so a submission that
