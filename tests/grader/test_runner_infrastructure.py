@@ -4,6 +4,8 @@ taught us (docs/gpu-e2e.md, "What behaved differently on the GPU") stays fixed o
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -11,6 +13,7 @@ from grading_support import REFERENCE, requires_bwrap
 from pydantic import ValidationError
 
 from grader import evidence, runner, sandbox
+from grader.contract import ErrorKind, ExitCode, GradeJob, ResultDocument
 from grader.harness.protocol import CallReport
 from grader.sandbox import CapturedLog, ChildOutcome
 from grader.settings import GraderSettings
@@ -254,3 +257,47 @@ def test_unexpected_grader_failure_exits_3_as_infrastructure(monkeypatch, capsys
     monkeypatch.setattr(runner, "grade_file", broken)
     assert cli.main(["check", str(REFERENCE), "--device", "cpu", "--json", "-", "--quiet"]) == 3
     assert '"kind": "infrastructure"' in capsys.readouterr().out
+
+
+def test_progress_marks_give_the_childs_phases_by_the_parents_clock():
+    """The first line of each phase is time-stamped as it arrives (ProgressLines.marks), and the
+    runner turns the marks into the main child's phases (timings_s: child_startup, ...)."""
+    read, write = os.pipe()
+    lines = sandbox.ProgressLines(read)
+    started = time.monotonic()
+    lines.start()
+    for chunk in (b"import\n", b"precompile\ncompile begin\n", b"compile end\ncall a/0\n", b"call a/1\n",
+                  b"call benchmark 4x4/float32#warmup\n", b"done\n"):
+        time.sleep(0.2)
+        os.write(write, chunk)
+    os.close(write)
+    lines.join(timeout=5)
+    assert list(lines.marks) == ["import", "precompile", "call", "benchmark", "done"]
+    phases = runner._child_phases(_outcome(progress=lines, started=started))
+    assert list(phases) == ["child_startup", "child_import", "child_precompile", "child_checks", "child_rows"]
+    assert all(0.1 < seconds < 2.0 for seconds in phases.values()), phases
+    assert runner._child_phases(_outcome()) == {}
+
+
+def _check_with_job_on_stdin(job: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "grader", "check", "--job-on-stdin", "--device", "cpu", "--json", "-"],
+                          input=job, capture_output=True, text=True, timeout=120)
+
+
+def test_a_grader_started_ahead_grades_the_job_it_reads_on_stdin(tmp_path):
+    """`grader check --job-on-stdin` (the worker's warm grader) loads, then grades the file, seed
+    and assignment of one GradeJob line; a file the validator refuses is the submission's error."""
+    source = tmp_path / "softmax_backward.py"
+    source.write_text("def softmax_backward(y, g)\n    return y\n")
+    job = GradeJob(source=str(source), seed=4242, assignment="softmax_backward").model_dump_json()
+    finished = _check_with_job_on_stdin(job + "\n")
+    assert finished.returncode == ExitCode.SUBMISSION_ERROR, finished.stderr
+    document = ResultDocument.model_validate_json(finished.stdout)
+    assert document.seed == 4242 and document.error.kind == ErrorKind.SYNTAX
+
+
+def test_a_grader_started_ahead_without_a_job_ends_quietly_and_a_bad_job_is_ours():
+    closed = _check_with_job_on_stdin("")
+    assert closed.returncode == 0 and closed.stdout == "", closed.stderr
+    malformed = _check_with_job_on_stdin('{"source": "x.py"}\n')
+    assert malformed.returncode == ExitCode.INFRASTRUCTURE and "no job read from stdin" in malformed.stderr
