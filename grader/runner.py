@@ -291,9 +291,11 @@ def _run_isolated(plan: Plan, assignment: Assignment, source: str, evidence: Che
     child run beside the main one), or from a child run now. A crash or timeout in that process
     is the evidence of those checks (their calls are marked as stopped, with the reason).
 
-    When the child run beside the main one could not build its inputs on the device (the main
-    child's memory may have been in the way: a submission must not be able to crowd that check
-    out), it runs again now, alone, and only that run's answer stands.
+    When the child run beside the main one ended before the submission's import (it could not
+    build its inputs, or create its CUDA context: the main child's memory may have been in the
+    way, and a submission must not be able to crowd that check out), it runs again now, alone
+    (the main child has ended, the replay process has not been sent its work yet), and only
+    that run's answer stands.
 
     Returns:
         Notes for the result (from that child's done.json).
@@ -308,7 +310,7 @@ def _run_isolated(plan: Plan, assignment: Assignment, source: str, evidence: Che
     arguments = dict(isolated=True, device=device, settings=settings, grading_dir=grading_dir, cache_dir=cache_dir)
     if started is not None:
         workdir, outcome = started.result()
-        if _inputs_failed(workdir, outcome):
+        if _never_started(outcome):  # e.g. crowded out of the device by the main child's memory
             timings["isolated_child_beside_main"] = outcome.duration_s
             shutil.rmtree(workdir, ignore_errors=True)
             workdir, outcome = _run_child(plan, assignment, source, **arguments)
@@ -343,6 +345,20 @@ def _inputs_failed(workdir: Path, outcome: ChildOutcome) -> bool:
     done = read_done(workdir)
     return (done is not None and done.phase == "inputs"
             and (outcome.progress is None or not outcome.progress.started))
+
+
+def _never_started(outcome: ChildOutcome) -> bool:
+    """The child ended before the harness announced the import of the submission (no
+    submission code ran in it): e.g. it could not create its CUDA context or build its inputs."""
+    return outcome.progress is None or not outcome.progress.started
+
+
+def _precompile_faulted(workdir: Path, outcome: ChildOutcome) -> bool:
+    """The main child stopped after its compile-only pass, before any check call, saying the
+    pass left the CUDA context unusable (done.json phase ``precompile``)."""
+    done = read_done(workdir)
+    return (done is not None and done.phase == "precompile" and outcome.progress is not None
+            and outcome.progress.calls_started == 0)
 
 
 def _run_checks(assignment: Assignment, source: str, *, device: str, seed: int, settings: GraderSettings,
@@ -399,6 +415,18 @@ def _checks_beside_isolated(plan: Plan, assignment: Assignment, source: str, rep
     """``_checks_with_replay`` once the isolated child (if the plan has one) runs beside."""
     workdir, outcome = _run_child(plan, assignment, source, isolated=False, device=device, settings=settings,
                                   grading_dir=grading_dir, cache_dir=cache_dir, rows=rows)
+    pass_notes: list[str] = []
+    if _precompile_faulted(workdir, outcome):
+        # The compile-only pass (calls whose kernels are not launched) faulted the CUDA context
+        # before any check call: run the checks again without it; only that run is evidence.
+        timings["child_with_faulted_precompile"] = outcome.duration_s
+        shutil.rmtree(workdir, ignore_errors=True)
+        workdir, outcome = _run_child(plan, assignment, source, isolated=False, device=device,
+                                      settings=settings.model_copy(update={"precompile_threads": 0}),
+                                      grading_dir=grading_dir, cache_dir=cache_dir, rows=rows)
+        pass_notes.append("The checks ran twice: the first run's compile-only pass (each call made once with its "
+                          "Triton kernels compiled, not launched) left the GPU unusable, so the run was repeated "
+                          "without that pass. Nothing of the first run counts.")
     timings["child"] = outcome.duration_s
     timings["compile"] = outcome.compile_s
     timings.update(_child_phases(outcome))
@@ -417,17 +445,19 @@ def _checks_beside_isolated(plan: Plan, assignment: Assignment, source: str, rep
     if error is not None:
         error = error.model_copy(update={"message": error.message + call_context(outcome, plan, error.kind,
                                                                                  assignment.crash_hint)})
-    notes = _child_notes(workdir)
+    notes = pass_notes + _child_notes(workdir)
     evidence = CheckEvidence(calls=evidence_calls, bank=plan.bank)
     run = _Run(fields={})
-    sent = None
-    if replay_process is not None and error is None:
-        sent = _send_recording(plan, workdir, evidence_calls, replay_process, run, rows=rows)
     if error is None:
+        # Before the replay's phase 1: a rerun of a crowded-out isolated child must find the
+        # device as free as it can be (the replay process allocates the recorded buffers).
         notes += _run_isolated(plan, assignment, source, evidence, finished, device=device, settings=settings,
                                grading_dir=grading_dir, cache_dir=cache_dir, timings=timings, started=isolated)
     elif isolated is not None:
         isolated.cancel()  # its checks are listed as not run, beside the main child's error
+    sent = None
+    if replay_process is not None and error is None:
+        sent = _send_recording(plan, workdir, evidence_calls, replay_process, run, rows=rows)
     oracle_started = time.monotonic()
     outcomes = _evaluate_checks(plan, evidence, finished, error)
     timings["oracles"] = time.monotonic() - oracle_started

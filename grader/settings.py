@@ -51,4 +51,4 @@ class GraderSettings(BaseSettings):
     output_kill_bytes: int = Field(default=32 * 1024**2, gt=0)
     tmpfs_bytes: int = Field(default=1024**3, gt=0)
     work_root: str | None = None
-    precompile_threads: int = Field(default=16, ge=0, le=64)
+    precompile_threads: int = Field(default=8, ge=0, le=64)

@@ -14,6 +14,7 @@ closed, never report ``passed`` for it, and never charge the student for it.
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import shutil
 import signal
@@ -33,6 +34,8 @@ from grader.contract import CheckOutcome, ExitCode, GradeJob, ResultDocument
 from submissions.models import SubmissionStatus
 from submissions.settings import Settings
 from submissions.storage import GradingWorkspace, cap_text, grading_workspace, read_capped
+
+logger = logging.getLogger(__name__)
 
 _VERDICT_FOR_EXIT_CODE = {
     ExitCode.PASSED: SubmissionStatus.PASSED,
@@ -241,13 +244,13 @@ class WarmGrader:
 
     def __init__(self, settings: Settings) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="grading-"))
-        os.chmod(self.root, 0o700)
-        (self.root / "source").mkdir(mode=0o700)
         self.stdout_path, self.stderr_path = self.root / "grader.stdout", self.root / "grader.stderr"
         try:
+            os.chmod(self.root, 0o700)
+            (self.root / "source").mkdir(mode=0o700)
             self.process = _start_grader(build_warm_command(settings), self.root, self.stdout_path,
                                          self.stderr_path, stdin=subprocess.PIPE)
-        except InfrastructureFailure:
+        except BaseException:
             shutil.rmtree(self.root, ignore_errors=True)
             raise
 
@@ -264,6 +267,12 @@ class WarmGrader:
         if not assignment.isidentifier():
             raise ValueError(f"assignment name {assignment!r} is not an identifier")
         if self.process.poll() is not None:
+            try:
+                stderr = read_capped(self.stderr_path, limit=2000).text
+            except OSError as exc:
+                stderr = f"(unreadable: {exc})"
+            logger.warning("the grader started ahead exited (%s) before its job; starting one for the job. "
+                           "Its stderr: %s", self.process.returncode, stderr)
             return None
         source_path = self.root / "source" / f"{assignment}.py"
         source_path.write_text(source_text, encoding="utf-8")

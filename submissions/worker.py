@@ -196,8 +196,9 @@ class Worker:
             self._warm.close()
         try:
             self._warm = WarmGrader(self.settings)
-        except InfrastructureFailure as failure:
-            logger.warning("worker %s: could not start the next grader ahead: %s", self.worker_id, failure.reason)
+        except Exception as exc:  # noqa: BLE001 - e.g. a full disk: the job starts its grader itself
+            reason = exc.reason if isinstance(exc, InfrastructureFailure) else f"{type(exc).__name__}: {exc}"
+            logger.warning("worker %s: could not start the next grader ahead: %s", self.worker_id, reason)
             self._warm = None
 
     # ------------------------------------------------------------------ one job

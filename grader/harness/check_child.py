@@ -62,6 +62,7 @@ _json_dumps = json.dumps
 _open = open
 _exc_format = traceback.format_exception_only
 _exit = os._exit
+_streams = (sys.stdout, sys.stderr)  # as they are before the submission can replace them
 
 MESSAGE_CAP = 2000
 
@@ -450,36 +451,72 @@ class Child:
             trials.append(row_inputs)
         return trials
 
-    def precompile(self) -> None:
+    def throwaway_function(self):
+        """The submission's function from a second import of its file, under another module
+        name (``submission_precompile``), for the compile-only pass: whatever state its calls
+        leave (caches, kept kernel handles, first-call tables, a choice its own timing made on
+        kernels that never ran) stays in that module, never in the one the checks call. The
+        kernels it compiles land in the submission's on-disk Triton cache, keyed by their
+        source, where the real module's first launches find them. None when that import fails
+        (e.g. a custom op that cannot be defined twice): then there is no pass."""
+        import importlib.util
+
+        name = "submission_precompile"
+        try:
+            spec = importlib.util.spec_from_file_location(name, os.path.join(self.workdir, self.plan.module_file))
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+            function = getattr(module, self.plan.function, None)
+        except KeyboardInterrupt:
+            raise
+        except BaseException:  # noqa: BLE001 - the checks import and report it themselves
+            return None
+        return function if callable(function) else None
+
+    def precompile(self) -> bool:
         """Compile the submission's Triton specialisations on ``plan.precompile_threads``
         threads before the checks run, so that the checks' first launches find them compiled.
 
         Triton compiles one kernel at a time, at its first launch; a submission with a dozen
         specialisations (dtypes, block sizes, alignments) spends most of its correctness run
-        there. Here every distinct call of the plan is made once with launches turned into
-        compile-only warm-ups (``JITFunction.run(..., warmup=True)``) inside Triton 3.6's
-        ``AsyncCompileMode``, which hands each compilation to a thread pool (its MLIR passes,
-        LLVM and ptxas release the GIL); an autotuner compiles every config its pruning keeps,
-        without timing any or choosing one. Leaving the mode waits for every compilation and
-        fills the kernels' caches. Nothing is launched, so the outputs of these calls are
-        meaningless and dropped; what they raise is ignored (the real call raises it again, and
-        a failed compilation is compiled again, and reported, at the real launch). The pass is
+        there. Here every distinct call of the plan is made once, through a second import of
+        the file (``throwaway_function``), with launches turned into compile-only warm-ups
+        (``JITFunction.run(..., warmup=True)``) inside Triton 3.6's ``AsyncCompileMode``, which
+        hands each compilation to a thread pool (its MLIR passes, LLVM and ptxas release the
+        GIL); an autotuner compiles every config its pruning keeps, without timing any or
+        choosing one. Leaving the mode waits for every compilation; then each kernel's launcher
+        is built. Nothing is launched, so the outputs of these calls are meaningless and
+        dropped; what they raise is ignored (the real call raises it again, and a failed
+        compilation is compiled again, and reported, at the real launch). The pass is
         bracketed by ``compile begin``/``compile end`` (the parent leaves it out of the time
-        limit, within the compile budget). GPU only: the interpreter compiles nothing."""
+        limit, within the compile budget). GPU only: the interpreter compiles nothing.
+
+        Returns:
+            False when the pass left the CUDA context unusable (a call computed on outputs that
+            were never written, e.g. indices, and faulted): ``run`` then stops with phase
+            ``precompile`` and the parent runs the checks again without the pass. True otherwise.
+        """
         threads = self.plan.precompile_threads
         if threads <= 0 or self.recorder.interpret or not self.device.startswith("cuda"):
-            return
+            return True
         try:
             import triton.runtime.jit as jit
             from triton.runtime._async_compile import AsyncCompileMode
             from triton.runtime.autotuner import Autotuner
         except ImportError:  # pragma: no cover - another Triton version: compile at first launch
-            return
+            return True
         from concurrent.futures import ThreadPoolExecutor
 
         trials = self.precompile_trials()
         if not trials:
-            return
+            return True
+        self.progress.write("precompile")
+        self.progress.write("compile begin")
+        function = self.throwaway_function()
+        if function is None:
+            self.progress.write("compile end")
+            return True
         original_run, original_tune = jit.JITFunction.run, Autotuner.run
 
         def compile_only(kernel, *args, grid=None, warmup=None, __run=original_run, **kwargs):
@@ -501,9 +538,8 @@ class Child:
             tuner.nargs = None
             return None
 
-        self.progress.write("precompile")
-        self.progress.write("compile begin")
         executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="precompile")
+        usable = True
         try:
             jit.JITFunction.run, Autotuner.run = compile_only, compile_configs
             with AsyncCompileMode(executor, ignore_errors=True) as mode:
@@ -511,7 +547,7 @@ class Child:
                     for make in trials:
                         try:
                             args, kwargs = make()
-                            self.function(*args, **kwargs)
+                            function(*args, **kwargs)
                         except KeyboardInterrupt:
                             raise
                         except BaseException:  # noqa: BLE001 - SystemExit too: the real call says it
@@ -520,9 +556,8 @@ class Child:
                 finally:
                     jit.JITFunction.run, Autotuner.run = original_run, original_tune
             # Each compiled kernel's launcher (Triton 3.6 builds a C launcher per signature with
-            # the host compiler, and loads the binary into the CUDA context, at the first
-            # launch): done here on the same threads. An error (e.g. too much shared memory) is
-            # kept by the kernel and raised at its real launch, as without this pass.
+            # the host compiler, at the first launch, and caches it on disk by its source):
+            # built here on the same threads, so the real module's first launches load it.
             compiled = [future.kernel for future in mode.future_kernels.values() if future.kernel is not None]
             for loading in [executor.submit(_load_kernel, kernel) for kernel in compiled]:
                 loading.exception()
@@ -533,11 +568,13 @@ class Child:
         finally:
             jit.JITFunction.run, Autotuner.run = original_run, original_tune
             executor.shutdown(wait=True)
+            sys.modules.pop("submission_precompile", None)
             try:
                 self.synchronize()
-            except Exception:  # noqa: BLE001 - a poisoned context: the first real call reports it
-                pass
+            except Exception:  # noqa: BLE001 - the pass faulted the context: no check can run in it
+                usable = False
             self.progress.write("compile end")
+        return usable
 
     # ---- benchmark rows (GPU) ---------------------------------------------------------------
     def bench_module(self):
@@ -611,7 +648,9 @@ class Child:
 
         if not self.build_inputs() or not self.import_submission():
             return 0
-        self.precompile()
+        if not self.precompile():
+            _write_json(os.path.join(self.workdir, "done.json"), {"phase": "precompile"})
+            return 0
         for step_index, step in enumerate(self.plan.steps):
             reports: list = []
             saved: dict = {}
@@ -672,9 +711,9 @@ if __name__ == "__main__":
     # Everything is written (done.json last): leave without the interpreter's teardown of
     # torch, Triton and the CUDA context (0.5-1 s the parent would wait for), and without
     # running atexit handlers the submission may have registered.
-    for stream in (sys.stdout, sys.stderr):
+    for stream in _streams:  # the harness's own objects, not ones the submission put in sys
         try:
             stream.flush()
-        except Exception:  # noqa: BLE001 - a stream the submission replaced or closed
+        except BaseException:  # noqa: BLE001 - closed, or raising SystemExit: leave all the same
             pass
     _exit(status)

@@ -204,12 +204,13 @@ class StepReport(_Model):
 class DoneReport(_Model):
     """``done.json``: how the run ended (``done``, or an import, lookup or CUDA failure, or
     ``inputs``: the harness could not build the inputs on the device, before any submission
-    code ran).
+    code ran, or ``precompile``: the compile-only pass left the CUDA context unusable, before
+    any check call; the parent runs the checks again without it).
 
     The parent believes ``done`` only if the progress pipe also said ``done``.
     """
 
-    phase: Literal["done", "import", "lookup", "fatal", "inputs"]
+    phase: Literal["done", "import", "lookup", "fatal", "inputs", "precompile"]
     exception: ExceptionReport | None = None
     missing: Name | None = None
     step: int | None = None

@@ -157,10 +157,13 @@ def test_the_isolated_child_overlaps_the_main_one(small_large_offsets, tmp_path)
     assert document["duration_s"] < timings["child"] + timings["isolated_child"], timings
 
 
-def test_an_isolated_child_crowded_out_beside_the_main_one_runs_again_alone(small_large_offsets, tmp_path):
-    """When the isolated child run beside the main one could not build its inputs on the device
-    (a submission could fill the memory to crowd the check out), the check is not skipped on
-    that evidence: the child runs again, alone, and that run decides."""
+@pytest.mark.parametrize("left", ["inputs", "nothing"])
+def test_an_isolated_child_crowded_out_beside_the_main_one_runs_again_alone(small_large_offsets, tmp_path, left):
+    """When the isolated child run beside the main one ended before the submission's import
+    (it could not build its inputs on the device, or, leaving nothing, not even create its CUDA
+    context: a submission could fill the memory to crowd the check out), the check is not
+    skipped, nor the grading failed, on that evidence: the child runs again, alone, and that
+    run decides."""
     import grader.runner as runner
     from grader.assignments import get_assignment
     from grader.contract import CapturedLog
@@ -171,8 +174,9 @@ def test_an_isolated_child_crowded_out_beside_the_main_one_runs_again_alone(smal
     plan = assignment.build_plan(seed=0, device="cpu")
     crowded = tmp_path / "crowded"
     crowded.mkdir()
-    (crowded / "done.json").write_text('{"phase": "inputs", "exception": {"type": "OutOfMemoryError", '
-                                       '"message": "CUDA out of memory"}}')
+    if left == "inputs":
+        (crowded / "done.json").write_text('{"phase": "inputs", "exception": {"type": "OutOfMemoryError", '
+                                           '"message": "CUDA out of memory"}}')
 
     class CrowdedOut:
         """The child beside the main one, as it ends when the memory was taken."""
@@ -191,3 +195,32 @@ def test_an_isolated_child_crowded_out_beside_the_main_one_runs_again_alone(smal
     assert large.skip_reason is None and "large_offsets" in finished
     outcome = large.evaluate(large, evidence)
     assert outcome.passed, outcome
+
+
+def test_a_compile_only_pass_that_faulted_the_gpu_is_run_again_without_it(monkeypatch):
+    """A main child that stops after its compile-only pass saying the pass left the CUDA context
+    unusable (done.json phase ``precompile``, no check call made) is run again with
+    ``precompile_threads=0``; only the second run is evidence, and a note says so."""
+    import grader.runner as runner
+    from grader.harness.protocol import DoneReport
+
+    real_run_child = runner._run_child
+    seen = []
+
+    def run_child(plan, assignment, source, *, isolated, settings, **kwargs):
+        seen.append((isolated, settings.precompile_threads))
+        workdir, outcome = real_run_child(plan, assignment, source, isolated=isolated, settings=settings, **kwargs)
+        if not isolated and len(seen) == 1:  # as a child whose pass faulted leaves it
+            for leftover in workdir.glob("step_*"):
+                leftover.unlink()
+            (workdir / "done.json").write_text(DoneReport(phase="precompile").model_dump_json())
+            outcome.progress.calls_started = 0
+        return workdir, outcome
+
+    monkeypatch.setattr(runner, "_run_child", run_child)
+    document = strict_json(grade_file(REFERENCE, assignment="softmax_backward", device="cpu", seed=0,
+                                      settings=settings(precompile_threads=8)).to_json())
+    assert seen == [(False, 8), (False, 0)], seen
+    assert document["verdict"] == "passed", summary(document)
+    assert any("ran twice" in note for note in document["notes"]), document["notes"]
+    assert "child_with_faulted_precompile" in document["timings_s"]

@@ -193,3 +193,32 @@ def test_each_job_goes_to_a_grader_started_before_it(committed_db, api, tmp_path
             worker._warm.close()
     for submission_id in ids:
         assert _status(committed_db, submission_id).status == "passed"
+
+
+def test_a_grader_that_cannot_be_started_ahead_does_not_stop_the_worker(committed_db, api, monkeypatch) -> None:
+    """Starting the next grader ahead is an optimisation: when it fails (here no temporary
+    folder can be made, as on a full disk) the worker logs it and goes on, and the job starts
+    its grader itself."""
+    import submissions.grading as grading
+
+    _, token = create_student(api)
+    submission_id = upload(api, token, kernel_source("speedup=1.5")).json()["id"]
+    worker = Worker(committed_db.settings(), committed_db.session_factory, worker_id="w-nowarm")
+    real_mkdtemp = grading.tempfile.mkdtemp
+    calls = []
+
+    def full_disk(*args, **kwargs):
+        calls.append(kwargs.get("prefix"))
+        if len(calls) == 1:
+            raise OSError(28, "No space left on device")
+        return real_mkdtemp(*args, **kwargs)
+
+    monkeypatch.setattr(grading.tempfile, "mkdtemp", full_disk)
+    worker._prepare_warm_grader()
+    assert worker._warm is None and calls == ["grading-"]
+    try:
+        assert worker.process_next_job() is True
+    finally:
+        if worker._warm is not None:
+            worker._warm.close()
+    assert _status(committed_db, submission_id).status == "passed"
