@@ -39,6 +39,7 @@ from grader.evaluate import (
     describe_failure,
     evaluate_output_contract,
     evaluate_raises,
+    evaluate_row_sums,
     evaluate_triton_kernel,
     evaluate_values,
     hint_for,
@@ -260,29 +261,10 @@ def _check_row_sum_invariant(plan: Plan, rows: int) -> PlannedCheck:
         calls.append(_value_call(plan, f"row_sum_invariant/{index}", y, g, torch.float32, label=f"({m}, {n}) fp32"))
 
     def evaluate(check: PlannedCheck, evidence: CheckEvidence) -> CheckOutcome:
-        tolerance = TOLERANCES[torch.float32]
-        worst = 0.0
-        for call in check.calls:
-            out, failure = single_output(check, call, evidence, HINTS[check.name])
-            if failure is not None:
-                return failure
-            # Exact sum for the fp32 y given: dot * (1 - sum(y)), ~0. Allowed: the sum of the
-            # per-element bounds of the row.
-            row_sums = out.double().sum(dim=-1)
-            expected = call.expected[0].sum(dim=-1)
-            allowed = tolerance.allowed(call.expected[0], call.scale[0]).sum(dim=-1)
-            ratio = ((row_sums - expected).abs() / allowed).nan_to_num(nan=math.inf)
-            worst = max(worst, float(ratio.max()))
-            if not bool((ratio <= 1).all()):
-                row = int(ratio.argmax())
-                return CheckOutcome(
-                    name=check.name, passed=False, max_err_over_tolerance=worst,
-                    message=f"{call.label}: row {row} of dx sums to {float(row_sums[row]):.6g}, expected "
-                            f"{float(expected[row]):.3g} (allowed {float(allowed[row]):.3g})."
-                            + hint_for(evidence, HINTS[check.name], HINT_REQUIRES[check.name]),
-                )
-        return CheckOutcome(name=check.name, passed=True, max_err_over_tolerance=worst,
-                            message=f"every row sums to ~0 (worst {worst:.2g} of tolerance)")
+        # Exact sum for the fp32 y given: dot * (1 - sum(y)), ~0. Allowed: the sum of the
+        # per-element bounds of the row.
+        return evaluate_row_sums(check, evidence, tolerance=TOLERANCES[torch.float32], hint=HINTS[check.name],
+                                 suffix=hint_for(evidence, HINTS[check.name], HINT_REQUIRES[check.name]))
 
     return PlannedCheck("row_sum_invariant", calls, evaluate)
 

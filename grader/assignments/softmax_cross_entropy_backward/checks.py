@@ -41,6 +41,7 @@ from grader.contract import CheckOutcome
 from grader.evaluate import (
     evaluate_output_contract,
     evaluate_raises,
+    evaluate_row_sums,
     evaluate_triton_kernel,
     evaluate_values,
     single_output,
@@ -268,31 +269,15 @@ def _check_row_sum_invariant(plan: Plan, rows: int) -> PlannedCheck:
         calls.append(_value_call(plan, f"row_sum_invariant/{index}", x, t, grad, torch.float32))
 
     def evaluate(check: PlannedCheck, evidence: CheckEvidence) -> CheckOutcome:
-        tolerance = TOLERANCES[torch.float32]
-        worst = 0.0
-        for call in check.calls:
-            out, failure = single_output(check, call, evidence, HINTS[check.name])
-            if failure is not None:
-                return failure
-            # Exact sum for the fp32 x given: (sum p - 1) * grad / n_valid ~ 0 on valid rows, 0 on
-            # ignored rows. Allowed: the sum of the per-element bounds of the row (atol alone on
-            # an ignored row, whose every element must be 0).
-            row_sums = out.double().sum(dim=-1)
-            expected = call.expected[0].sum(dim=-1)
-            allowed = tolerance.allowed(call.expected[0], call.scale[0]).sum(dim=-1)
-            ratio = ((row_sums - expected).abs() / allowed).nan_to_num(nan=math.inf)
-            worst = max(worst, float(ratio.max()))
-            if not bool((ratio <= 1).all()):
-                row = int(ratio.argmax())
-                _, t, _, ignore_index = _inputs_of(call, evidence)
-                kind = "ignored" if int(t[row]) == ignore_index else "valid"
-                return CheckOutcome(
-                    name=check.name, passed=False, max_err_over_tolerance=worst,
-                    message=f"{call.label}: row {row} ({kind}) of dx sums to {float(row_sums[row]):.6g}, expected "
-                            f"{float(expected[row]):.3g} (allowed {float(allowed[row]):.3g}). Hint: {HINTS[check.name]}",
-                )
-        return CheckOutcome(name=check.name, passed=True, max_err_over_tolerance=worst,
-                            message=f"every row sums to ~0 (worst {worst:.2g} of tolerance)")
+        # Exact sum for the fp32 x given: (sum p - 1) * grad / n_valid ~ 0 on valid rows, 0 on
+        # ignored rows. Allowed: the sum of the per-element bounds of the row (atol alone on
+        # an ignored row, whose every element must be 0).
+        def row_name(call: PlannedCall, row: int) -> str:
+            _, t, _, ignore_index = _inputs_of(call, evidence)
+            return f"row {row} ({'ignored' if int(t[row]) == ignore_index else 'valid'})"
+
+        return evaluate_row_sums(check, evidence, tolerance=TOLERANCES[torch.float32], hint=HINTS[check.name],
+                                 suffix=f" Hint: {HINTS[check.name]}", row_name=row_name)
 
     return PlannedCheck("row_sum_invariant", calls, evaluate)
 
