@@ -319,7 +319,7 @@ def _run_isolated(plan: Plan, assignment: Assignment, source: str, evidence: Che
     timings["isolated_child"] = outcome.duration_s
     timings["isolated_compile"] = outcome.compile_s
     done = read_done(workdir)
-    if _inputs_failed(workdir, outcome):
+    if done is not None and done.phase == "inputs" and _never_started(outcome):
         # The harness could not build the inputs on the device, before any submission code ran.
         reason = done.exception.message if done.exception else "unknown"
         for step in steps:
@@ -338,13 +338,6 @@ def _run_isolated(plan: Plan, assignment: Assignment, source: str, evidence: Che
                     evidence.calls.setdefault(round_id, CallEvidence(report=None, out=None))
                     evidence.stopped.setdefault(round_id, stopped)
     return _child_notes(workdir)
-
-
-def _inputs_failed(workdir: Path, outcome: ChildOutcome) -> bool:
-    """The harness could not build the inputs on the device, before any submission code ran."""
-    done = read_done(workdir)
-    return (done is not None and done.phase == "inputs"
-            and (outcome.progress is None or not outcome.progress.started))
 
 
 def _never_started(outcome: ChildOutcome) -> bool:
@@ -405,7 +398,9 @@ def _checks_with_replay(plan: Plan, assignment: Assignment, source: str, replay_
                                        timings=timings, rows=rows, benchmark_options=benchmark_options)
     finally:
         if isolated is not None:
-            isolated.cancel()  # a no-op once its evidence was read; else (an error) not needed
+            # A no-op once its evidence was read; after a main-child error its checks are listed
+            # as not run, and it is killed here.
+            isolated.cancel()
 
 
 def _checks_beside_isolated(plan: Plan, assignment: Assignment, source: str, replay_process,
@@ -453,8 +448,6 @@ def _checks_beside_isolated(plan: Plan, assignment: Assignment, source: str, rep
         # device as free as it can be (the replay process allocates the recorded buffers).
         notes += _run_isolated(plan, assignment, source, evidence, finished, device=device, settings=settings,
                                grading_dir=grading_dir, cache_dir=cache_dir, timings=timings, started=isolated)
-    elif isolated is not None:
-        isolated.cancel()  # its checks are listed as not run, beside the main child's error
     sent = None
     if replay_process is not None and error is None:
         sent = _send_recording(plan, workdir, evidence_calls, replay_process, run, rows=rows)

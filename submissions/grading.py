@@ -311,7 +311,7 @@ def run_grader(
     The grader runs in its own session (process group) with stdin closed (or, for ``warm``,
     closed right after the job), stdout and stderr sent to files in a private temporary
     directory, and a scrubbed environment. ``warm``: a grader started before the job, used
-    when it still runs (else one is started as usual); the caller closes it afterwards.
+    when it still runs (else one is started as usual); it is closed here, whatever happens.
     The call blocks (up to ``settings.grader_timeout_s`` from the job's start); setting
     `cancel` from another thread kills the whole process group.
 
@@ -320,10 +320,13 @@ def run_grader(
         GradingCancelled: `cancel` was set before the grader finished.
     """
     if warm is not None:
-        started = time.monotonic()
-        workspace = warm.hand_over(assignment=assignment, source_text=source_text, seed=seed)
-        if workspace is not None:
-            return _wait_for_grader(settings, warm.process, workspace, cancel, started=started)
+        try:
+            started = time.monotonic()
+            workspace = warm.hand_over(assignment=assignment, source_text=source_text, seed=seed)
+            if workspace is not None:
+                return _wait_for_grader(settings, warm.process, workspace, cancel, started=started)
+        finally:
+            warm.close()
     with grading_workspace(assignment=assignment, source_text=source_text) as workspace:
         command = build_grade_command(
             settings, source_path=workspace.source_path, seed=seed, assignment=assignment

@@ -59,15 +59,6 @@ def backoff_delays(first_s: float, max_s: float, rng: random.Random | None = Non
         delay = min(max_s, delay * 2)
 
 
-def _run_grader_then_close(settings: Settings, *, warm: WarmGrader | None, **job) -> object:
-    """``run_grader`` with ``warm`` (if any), which is closed afterwards whatever happened."""
-    try:
-        return run_grader(settings, warm=warm, **job)
-    finally:
-        if warm is not None:
-            warm.close()
-
-
 def default_worker_id() -> str:
     """``host:pid:random`` — unique per worker process, readable in /healthz."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -221,7 +212,7 @@ class Worker:
             # the H200 a grader starting (importing torch) beside a grading's parent slowed that
             # parent's CPU-parallel plan building from 0.4 s to 2.5-3.1 s (docs/benchmarks.md).
             try:
-                outcome = _run_grader_then_close(
+                outcome = run_grader(
                     self.settings,
                     assignment=job.assignment,
                     source_text=job.source_text,

@@ -543,18 +543,15 @@ class Child:
         try:
             jit.JITFunction.run, Autotuner.run = compile_only, compile_configs
             with AsyncCompileMode(executor, ignore_errors=True) as mode:
-                try:
-                    for make in trials:
-                        try:
-                            args, kwargs = make()
-                            function(*args, **kwargs)
-                        except KeyboardInterrupt:
-                            raise
-                        except BaseException:  # noqa: BLE001 - SystemExit too: the real call says it
-                            pass
-                        args = kwargs = None
-                finally:
-                    jit.JITFunction.run, Autotuner.run = original_run, original_tune
+                for make in trials:
+                    try:
+                        args, kwargs = make()
+                        function(*args, **kwargs)
+                    except KeyboardInterrupt:
+                        raise
+                    except BaseException:  # noqa: BLE001 - SystemExit too: the real call says it
+                        pass
+                    args = kwargs = None
             # Each compiled kernel's launcher (Triton 3.6 builds a C launcher per signature with
             # the host compiler, at the first launch, and caches it on disk by its source):
             # built here on the same threads, so the real module's first launches load it.
