@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from pathlib import Path
 
@@ -55,6 +56,11 @@ def _write_json(document: ResultDocument, target: str | None) -> None:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from grader.sandbox import OMP_WAIT_POLICY
+
+    # Read by libgomp when torch loads it, below (grader/sandbox.py says why); a value set in
+    # the environment is kept.
+    os.environ.setdefault("OMP_WAIT_POLICY", OMP_WAIT_POLICY)
     # Imported here: `grader --help` and the service commands must not pay for torch.
     from rich.console import Console
 
@@ -103,7 +109,7 @@ def _check(args: argparse.Namespace) -> int:
 
 def _wait_for_job(device: str):
     """``--job-on-stdin``: load what every grading needs (torch, the grader, the assignments,
-    the CUDA device's presence), then read the job (one ``GradeJob`` JSON line) from stdin.
+    the benchmark and replay modules, the CUDA device's presence), then read the job (one ``GradeJob`` JSON line) from stdin.
 
     Returns:
         The job, or None when stdin ends without one (the worker no longer needs this process).
@@ -112,6 +118,8 @@ def _wait_for_job(device: str):
         pydantic.ValidationError: the line is not a GradeJob (the worker's bug: an
             infrastructure error).
     """
+    import grader.benchmark  # noqa: F401 - loaded ahead: every timed grading imports them
+    import grader.replay  # noqa: F401
     from grader.assignments import get_assignment
     from grader.contract import GradeJob
     from grader.runner import resolve_device

@@ -231,7 +231,7 @@ class WarmGrader:
     """A ``grader check --job-on-stdin`` process started before its job arrives.
 
     Starting a grader costs seconds (Python, torch, the grader, the CUDA driver's answer to
-    "is there a device"): a worker starts the next one as soon as a grading ends, and hands it
+    "is there a device"): a worker starts the next one when a grading starts, and hands it
     the job (one ``grader.contract.GradeJob`` JSON line on its stdin, which is then closed) when
     the job is claimed, so that upload-to-verdict does not include that start-up (issue 11,
     point 6). Everything else is as for a grader started with its job: its own session, the

@@ -137,8 +137,8 @@ class Settings(BaseSettings):
     grader_benchmark: str = "auto"
     grader_timeout_s: float = Field(1800.0, gt=0, description="outer wall-clock limit")
     grader_warm_start: bool = Field(True, description="start the next grader (`--job-on-stdin`) "
-                                    "as soon as a grading ends, so a job does not wait for its "
-                                    "start-up (Python, torch)")
+                                    "when a grading starts (and when the worker starts), so the "
+                                    "next job does not wait for its start-up (Python, torch)")
     max_result_bytes: int = Field(8 * 1024 * 1024, gt=0, description="cap on grader stdout")
     stored_log_cap_bytes: int = Field(64 * 1024, gt=0, description="cap on each stored log text")
 

@@ -208,9 +208,11 @@ class Worker:
                 submission_id=job.submission_id,
             )
             warm, self._warm = self._warm, None
-            # The next job's grader is started when this grading has ended, not beside it: on
-            # the H200 a grader starting (importing torch) beside a grading's parent slowed that
-            # parent's CPU-parallel plan building from 0.4 s to 2.5-3.1 s (docs/benchmarks.md).
+            # The next job's grader starts now, beside this grading, so that a job claimed right
+            # after this one finds it loaded (a deadline queue). Its start-up no longer slows
+            # this grading's CPU work: the grading processes' idle OpenMP threads sleep
+            # (grader/sandbox.py OMP_WAIT_POLICY; docs/benchmarks.md).
+            self._prepare_warm_grader()
             try:
                 outcome = run_grader(
                     self.settings,

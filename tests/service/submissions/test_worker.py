@@ -171,24 +171,42 @@ def test_sigkilled_worker_job_is_requeued_and_finished_by_another(committed_db, 
 
 
 def test_each_job_goes_to_a_grader_started_before_it(committed_db, api, tmp_path) -> None:
-    """The worker starts the next job's grader (`--job-on-stdin`) as soon as a grading ends,
-    so that a job finds a grader already loaded; each grader takes exactly one job."""
+    """The worker starts the next job's grader (`--job-on-stdin`) when a grading starts, beside
+    it, so that a job claimed right after finds a grader already loaded; each grader takes
+    exactly one job."""
     _, token = create_student(api)
     records = [tmp_path / "first.json", tmp_path / "second.json"]
-    ids = [upload(api, token, kernel_source(f"record={record}")).json()["id"] for record in records]
+    releases = [tmp_path / "release-first", tmp_path / "release-second"]
+    ids = [upload(api, token, kernel_source(f"record={record} wait_for={release}")).json()["id"]
+           for record, release in zip(records, releases)]
     worker = Worker(committed_db.settings(), committed_db.session_factory, worker_id="w-warm")
+    processed: list[bool] = []
+    # One thread runs both jobs, as the worker's loop does (a grader's parent-death signal
+    # follows the thread that started it).
+    loop = threading.Thread(target=lambda: processed.extend([worker.process_next_job(), worker.process_next_job()]))
     try:
         worker._prepare_warm_grader()
         first = worker._warm.process
-        assert worker.process_next_job() is True
-        second = worker._warm.process  # started when the first grading ended
-        assert second.pid != first.pid and second.poll() is None
-        assert worker.process_next_job() is True
+        loop.start()
+        started = []
+        for record, release in zip(records, releases):
+            # Each grading waits for its release; meanwhile the next grader is up and waiting.
+            wait_until(lambda record=record: record.exists(), timeout=30, message="the grading to start")
+            waiting = worker._warm.process if worker._warm is not None else None
+            assert waiting is not None and waiting.poll() is None
+            assert waiting.pid not in [first.pid, *started]
+            started.append(waiting.pid)
+            release.write_text("")
+        loop.join(timeout=60)
+        assert processed == [True, True]
         seen = [json.loads(record.read_text()) for record in records]
-        assert [s["pid"] for s in seen] == [first.pid, second.pid]
+        assert [s["pid"] for s in seen] == [first.pid, started[0]]
         assert all("--job-on-stdin" in s["argv"] for s in seen)
-        assert worker._warm.process.poll() is None  # the third, waiting
     finally:
+        for release in releases:
+            release.write_text("")
+        if loop.ident is not None:
+            loop.join(timeout=60)
         if worker._warm is not None:
             worker._warm.close()
     for submission_id in ids:
