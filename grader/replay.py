@@ -204,6 +204,11 @@ class ReplayProcess:
         else:
             self._put("benchmark_plan.json", json.dumps(benchmark))
 
+    def stop_benchmark(self) -> None:
+        """Phase 2 need not finish (a check failed while the rows were being timed): the rows
+        not started yet are skipped; ``wait()`` then returns as soon as the row in progress ends."""
+        self._put("stop_benchmark", "")
+
     def close(self) -> None:
         """End the process (if it still waits) and remove its folders."""
         self._put("quit", "")

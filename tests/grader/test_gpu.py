@@ -6,7 +6,8 @@
   (tests/grader/test_half_precision.py simulates its order on the CPU).
 - The int32-offset kernel (tests/corpus/softmax_backward/wrong/int32_offsets.py) fails
   large_offsets and nothing else (scripts/gpu_styles.py grades the reference and the correct
-  styles, which must pass it).
+  styles, which must pass it), and gets no score: the rows the replay process began to time
+  before the checks were evaluated are stopped.
 
 Without a CUDA device these tests are skipped; they are never counted as run on a CPU.
 """
@@ -42,14 +43,18 @@ def test_aten_cuda_softmax_backward_passes_every_value_call_in_every_dtype():
     assert dtypes == {torch.float32, torch.float16, torch.bfloat16}
 
 
-def _grade_cuda(path):
-    document = grade_file(path, assignment="softmax_backward", device="cuda", seed=0, settings=settings())
+def _grade_cuda(path, benchmark: str = "off"):
+    document = grade_file(path, assignment="softmax_backward", device="cuda", seed=0, settings=settings(),
+                          benchmark=benchmark)
     return strict_json(document.to_json())
 
 
 def test_int32_offsets_fail_large_offsets_only():
-    document = _grade_cuda(CORPUS / "wrong" / "int32_offsets.py")
+    # With the benchmark on: the replay process starts timing the rows before the checks are
+    # evaluated, and is stopped when large_offsets fails; the grading ends with no score.
+    document = _grade_cuda(CORPUS / "wrong" / "int32_offsets.py", benchmark="on")
     failed = {c["name"] for c in document["checks"] if not c["passed"] and not c["skipped"]}
     assert document["verdict"] == "failed" and failed == {"large_offsets"}, summary(document)
+    assert document.get("benchmark") is None and "replay" in document["timings_s"], summary(document)
     message = check(document, "large_offsets")["message"]
     assert "int32" in message, message  # named: wrong rows past 2^31, or the crash with the int64 hint
