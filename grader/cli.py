@@ -20,7 +20,7 @@ import os
 import sys
 from pathlib import Path
 
-from grader.contract import ErrorKind, ExitCode, GradingError, ResultDocument, Verdict
+from grader.contract import ErrorKind, ExitCode, GradeJob, GradingError, ResultDocument, Verdict
 from grader.manifest import DEFAULT_ASSIGNMENT, MANIFESTS
 
 #: Command -> (module, function, help). Loaded only when the command runs.
@@ -75,14 +75,20 @@ def _check(args: argparse.Namespace) -> int:
         settings = settings.model_copy(update={"sandbox": "unsafe-none"})
     if args.timeout is not None:
         settings = settings.model_copy(update={"child_timeout_s": args.timeout})
+    prestarted = None
     if args.job_on_stdin:
+        prestarted = _prestart_check_child(args.device, settings)
         try:
             job = _wait_for_job(args.device)
         except Exception as exc:  # noqa: BLE001 - a malformed job is the worker's fault, never a verdict
-            console.print(f"[red]infrastructure error[/]: no job read from stdin: {type(exc).__name__}: {exc}")
+            job = exc
+        if not isinstance(job, GradeJob):
+            if prestarted is not None:
+                prestarted.close()
+            if job is None:
+                return ExitCode.PASSED  # the worker closed stdin without a job: nothing to grade
+            console.print(f"[red]infrastructure error[/]: no job read from stdin: {type(job).__name__}: {job}")
             return ExitCode.INFRASTRUCTURE
-        if job is None:
-            return ExitCode.PASSED  # the worker closed stdin without a job: nothing to grade
         args.path, args.seed, args.assignment = job.source, job.seed, job.assignment
     if args.path is None:
         console.print("[red]a file to grade is needed (or --job-on-stdin)[/]")
@@ -93,7 +99,7 @@ def _check(args: argparse.Namespace) -> int:
         return ExitCode.INFRASTRUCTURE
     try:
         document = grade_file(path, assignment=args.assignment, device=args.device, seed=args.seed,
-                              settings=settings, benchmark=args.benchmark)
+                              settings=settings, benchmark=args.benchmark, prestarted=prestarted)
     except Exception as exc:  # noqa: BLE001 - any failure of the grader itself is ours, never the student's
         reason = str(exc) if isinstance(exc, InfrastructureError) else f"grader failure: {type(exc).__name__}: {exc}"
         document = ResultDocument(assignment=args.assignment, verdict=Verdict.ERROR, seed=args.seed,
@@ -105,6 +111,20 @@ def _check(args: argparse.Namespace) -> int:
     if not args.quiet:
         render_result(document, console, source_name=path.name)
     return document.exit_code
+
+
+def _prestart_check_child(device: str, settings):
+    """``--job-on-stdin``: start the next grading's check child now (grader/runner.py
+    ``PrestartedChild``), unless ``settings.prestart_check_child`` is off; None when it cannot
+    start (the grading then starts its child itself)."""
+    if not settings.prestart_check_child:
+        return None
+    from grader.runner import PrestartedChild, resolve_device
+
+    try:
+        return PrestartedChild(device=resolve_device(device), settings=settings)
+    except Exception:  # noqa: BLE001 - an optimisation: the grading starts its own child
+        return None
 
 
 def _wait_for_job(device: str):
@@ -121,7 +141,6 @@ def _wait_for_job(device: str):
     import grader.benchmark  # noqa: F401 - loaded ahead: every timed grading imports them
     import grader.replay  # noqa: F401
     from grader.assignments import get_assignment
-    from grader.contract import GradeJob
     from grader.runner import resolve_device
 
     for name in MANIFESTS:

@@ -8,6 +8,8 @@ back output tensors, which are read here as plain numbers (grader/evidence.py).
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import platform
 import shutil
 import tempfile
@@ -175,12 +177,14 @@ def _child_notes(workdir: Path) -> list[str]:
 
 def _run_child(plan: Plan, assignment: Assignment, source: str, *, isolated: bool, device: str,
                settings: GraderSettings, grading_dir: Path, cache_dir: Path, rows: list[dict] | None = None,
-               cancel: threading.Event | None = None):
-    """Write one child's work folder (source, plan, inputs) and run it in the sandbox.
+               cancel: threading.Event | None = None, prestarted: PrestartedChild | None = None):
+    """Write one child's work folder (source, inputs, plan) and run it in the sandbox.
 
     The main child (``isolated=False``) gets every base of the bank, the benchmark rows it
     records for the replay timer and ``settings.precompile_threads`` for its compile-only pass;
     an isolated child only the bases its steps read. ``cancel``: see ``run_sandboxed``.
+    ``prestarted``: the main child started ahead (in ``grading_dir``), which takes this run when
+    it still waits; its outcome's clock starts when it is handed the plan.
 
     Returns:
         (workdir, ChildOutcome).
@@ -189,8 +193,10 @@ def _run_child(plan: Plan, assignment: Assignment, source: str, *, isolated: boo
         InfrastructureError: the sandbox could not run.
     """
     manifest = assignment.manifest
+    if prestarted is not None and not prestarted.waiting():
+        prestarted = None  # it ended before its job: a child is started for this run as usual
     workdir = grading_dir / ("isolated" if isolated else "check")
-    workdir.mkdir()
+    workdir.mkdir(exist_ok=prestarted is not None)
     (workdir / manifest.module_file).write_text(source, encoding="utf-8")
     other_device = "cpu" if device == "cuda" else "meta"
     protocol_plan = plan.to_protocol(function=manifest.function, module_file=manifest.module_file,
@@ -205,17 +211,98 @@ def _run_child(plan: Plan, assignment: Assignment, source: str, *, isolated: boo
                  for step in plan.steps(isolated=True) for call in step.calls
                  for arg in [*call.args, *call.kwargs.values()]}
         bases = {name: plan.bank.bases[name] for name in sorted(n for n in names if n)}
-    (workdir / "plan.json").write_text(protocol_plan.model_dump_json())
     save_file(bases, str(workdir / "inputs.safetensors"))
-    harness = stage_harness(grading_dir / ("harness-isolated" if isolated else "harness"),
-                            {"assignment_bench.py": assignment.benchmark.bench_file})
+    extra_files = {"assignment_bench.py": assignment.benchmark.bench_file}
+    harness_dir = grading_dir / ("harness-isolated" if isolated else "harness")
+    if prestarted is not None:  # its harness scripts run already: add the assignment's files
+        for name, path in extra_files.items():
+            shutil.copyfile(path, harness_dir / name)
+    else:
+        stage_harness(harness_dir, extra_files)
+    # Renamed into place last: a child started ahead begins when it sees the plan.
+    (workdir / "plan.json.tmp").write_text(protocol_plan.model_dump_json())
+    if prestarted is not None:
+        return workdir, prestarted.run(workdir / "plan.json.tmp")
+    os.replace(workdir / "plan.json.tmp", workdir / "plan.json")
     try:
-        outcome = run_sandboxed(harness=harness / "check_child.py", workdir=workdir, device=device, settings=settings,
-                                args=[str(workdir)], cache_dir=cache_dir, progress=True,
+        outcome = run_sandboxed(harness=harness_dir / "check_child.py", workdir=workdir, device=device,
+                                settings=settings, args=[str(workdir)], cache_dir=cache_dir, progress=True,
                                 compile_budget_s=settings.compile_budget_s, cancel=cancel)
     except SandboxUnavailable as exc:
         raise InfrastructureError(str(exc)) from exc
     return workdir, outcome
+
+
+class PrestartedChild:
+    """The main check child of the next grading, started before its job arrives (the warm
+    grader, ``grader check --job-on-stdin``): it loads Python, torch, Triton and safetensors
+    (about 1-1.5 s of a grading's path; nothing touches the GPU) in its sandbox, then waits for
+    ``plan.json`` (grader/harness/check_child.py ``wait_for_plan``). ``grade_source`` hands it
+    its run: the grading's folder is this object's, and the child's limits count from the
+    hand-over (its wait is left out of the wall clock, as the replay process's waits are).
+
+    Raises (constructor):
+        InfrastructureError: the sandbox could not start.
+    """
+
+    def __init__(self, *, device: str, settings: GraderSettings) -> None:
+        self.device, self.settings = device, settings
+        self.grading_dir = Path(tempfile.mkdtemp(prefix="grading-", dir=settings.work_root or None))  # mode 0700
+        self.cache_dir = self.grading_dir / "triton-cache"
+        self.workdir = self.grading_dir / "check"
+        self._started = time.monotonic()
+        self._handed: float | None = None
+        self._cancel = threading.Event()
+        self._outcome: ChildOutcome | None = None
+        self._failure: BaseException | None = None
+        try:
+            self.cache_dir.mkdir()
+            self.workdir.mkdir()
+            harness = stage_harness(self.grading_dir / "harness")
+        except BaseException:
+            shutil.rmtree(self.grading_dir, ignore_errors=True)
+            raise
+        self._thread = threading.Thread(target=self._run, args=(harness,), name="prestarted-child", daemon=True)
+        self._thread.start()
+
+    def _run(self, harness: Path) -> None:
+        try:
+            self._outcome = run_sandboxed(
+                harness=harness / "check_child.py", workdir=self.workdir, device=self.device, settings=self.settings,
+                args=[str(self.workdir)], cache_dir=self.cache_dir, progress=True,
+                compile_budget_s=self.settings.compile_budget_s, cancel=self._cancel,
+                idle_s=lambda now: (self._handed or now) - self._started)
+        except BaseException as exc:  # noqa: BLE001 - the run falls back to a child of its own
+            self._failure = exc
+
+    def waiting(self) -> bool:
+        """The child still waits for its plan (it has not ended, and was not handed one)."""
+        return self._handed is None and self._thread.is_alive()
+
+    def run(self, plan_file: Path) -> ChildOutcome:
+        """Hand the child its plan (``plan_file``, written whole, is renamed to ``plan.json``;
+        the source, the inputs and the assignment's harness files are in place) and wait for it.
+        The outcome's ``started`` and ``duration_s`` count from the hand-over.
+
+        Raises:
+            InfrastructureError: the sandbox failed.
+        """
+        self._handed = time.monotonic()
+        os.replace(plan_file, self.workdir / "plan.json")
+        self._thread.join()
+        if self._failure is not None or self._outcome is None:
+            raise InfrastructureError(f"the check child started ahead failed: {self._failure}")
+        waited = self._handed - self._outcome.started
+        return dataclasses.replace(self._outcome, started=self._handed,
+                                   duration_s=max(0.0, self._outcome.duration_s - waited))
+
+    def close(self) -> None:
+        """End the child if it still waits (or runs) and remove the grading folder."""
+        if self.workdir.is_dir():
+            (self.workdir / "quit").touch()
+        self._cancel.set()
+        self._thread.join(timeout=60)
+        shutil.rmtree(self.grading_dir, ignore_errors=True)
 
 
 class _IsolatedChild:
@@ -356,10 +443,11 @@ def _precompile_faulted(workdir: Path, outcome: ChildOutcome) -> bool:
 
 def _run_checks(assignment: Assignment, source: str, *, device: str, seed: int, settings: GraderSettings,
                 grading_dir: Path, cache_dir: Path, timings: dict[str, float], rows: list[dict],
-                benchmark_options) -> _Run:
-    """Build the plan, run the child (and, when it finished, the isolated checks' child), read
-    their evidence, replay the recorded launches (on a GPU, in the trusted replay process, which
-    also times ``rows`` when every other check passed) and evaluate every check.
+                benchmark_options, prestarted: PrestartedChild | None = None) -> _Run:
+    """Build the plan, run the child (``prestarted``'s when given; and, when it finished, the
+    isolated checks' child), read their evidence, replay the recorded launches (on a GPU, in the
+    trusted replay process, which also times ``rows`` when every other check passed) and
+    evaluate every check.
 
     Raises:
         InfrastructureError: the sandbox could not run, or the harness never started.
@@ -380,7 +468,7 @@ def _run_checks(assignment: Assignment, source: str, *, device: str, seed: int, 
     try:
         return _checks_with_replay(plan, assignment, source, replay_process, device=device, settings=settings,
                                    grading_dir=grading_dir, cache_dir=cache_dir, timings=timings, rows=rows,
-                                   benchmark_options=benchmark_options)
+                                   benchmark_options=benchmark_options, prestarted=prestarted)
     finally:
         if replay_process is not None:
             replay_process.close()
@@ -388,14 +476,15 @@ def _run_checks(assignment: Assignment, source: str, *, device: str, seed: int, 
 
 def _checks_with_replay(plan: Plan, assignment: Assignment, source: str, replay_process, *, device: str,
                         settings: GraderSettings, grading_dir: Path, cache_dir: Path, timings: dict[str, float],
-                        rows: list[dict], benchmark_options) -> _Run:
+                        rows: list[dict], benchmark_options, prestarted: PrestartedChild | None = None) -> _Run:
     """``_run_checks`` after the plan is built and the replay process (GPU) started."""
     isolated = (_IsolatedChild(plan, assignment, source, device=device, settings=settings, grading_dir=grading_dir,
                                cache_dir=cache_dir) if plan.steps(isolated=True) else None)
     try:
         return _checks_beside_isolated(plan, assignment, source, replay_process, isolated, device=device,
                                        settings=settings, grading_dir=grading_dir, cache_dir=cache_dir,
-                                       timings=timings, rows=rows, benchmark_options=benchmark_options)
+                                       timings=timings, rows=rows, benchmark_options=benchmark_options,
+                                       prestarted=prestarted)
     finally:
         if isolated is not None:
             # A no-op once its evidence was read; after a main-child error its checks are listed
@@ -406,10 +495,10 @@ def _checks_with_replay(plan: Plan, assignment: Assignment, source: str, replay_
 def _checks_beside_isolated(plan: Plan, assignment: Assignment, source: str, replay_process,
                             isolated: _IsolatedChild | None, *, device: str, settings: GraderSettings,
                             grading_dir: Path, cache_dir: Path, timings: dict[str, float], rows: list[dict],
-                            benchmark_options) -> _Run:
+                            benchmark_options, prestarted: PrestartedChild | None = None) -> _Run:
     """``_checks_with_replay`` once the isolated child (if the plan has one) runs beside."""
     workdir, outcome = _run_child(plan, assignment, source, isolated=False, device=device, settings=settings,
-                                  grading_dir=grading_dir, cache_dir=cache_dir, rows=rows)
+                                  grading_dir=grading_dir, cache_dir=cache_dir, rows=rows, prestarted=prestarted)
     pass_notes: list[str] = []
     if _precompile_faulted(workdir, outcome):
         # The compile-only pass (calls whose kernels are not launched) faulted the CUDA context
@@ -553,6 +642,7 @@ def grade_source(
     benchmark: str = "off",
     benchmark_options=None,
     peers: dict | None = None,
+    prestarted: PrestartedChild | None = None,
 ) -> ResultDocument:
     """Grade one submission's source text and return the result document.
 
@@ -566,6 +656,9 @@ def grade_source(
             every check passed; ``on`` on the CPU reports that no timing was possible).
         benchmark_options: grader.benchmark.BenchmarkOptions (default options when None).
         peers: a peers timing result to reuse (tests, scripts), else the cached one.
+        prestarted: the main check child started ahead of this job (the warm grader's); it
+            runs the checks when it still waits and was started for this device, and is closed
+            here in any case.
 
     Returns:
         The ResultDocument, verdict ``passed``, ``failed`` or ``error``.
@@ -575,6 +668,19 @@ def grade_source(
         InfrastructureError: the sandbox could not run, the device is unusable, or the grader
             itself failed; no verdict is possible.
     """
+    try:
+        return _grade_source(source, assignment=assignment, device=device, seed=seed, settings=settings,
+                             benchmark=benchmark, benchmark_options=benchmark_options, peers=peers,
+                             prestarted=prestarted)
+    finally:
+        if prestarted is not None:
+            prestarted.close()
+
+
+def _grade_source(source: str | bytes, *, assignment: str, device: str, seed: int, settings: GraderSettings | None,
+                  benchmark: str, benchmark_options, peers: dict | None,
+                  prestarted: PrestartedChild | None) -> ResultDocument:
+    """``grade_source`` (which closes ``prestarted`` afterwards)."""
     settings = settings or GraderSettings()
     started = time.monotonic()
     spec = get_assignment(assignment)
@@ -599,12 +705,18 @@ def grade_source(
 
         options = benchmark_options or BenchmarkOptions()
         rows = plan_rows(spec, options)
-    grading_dir = Path(tempfile.mkdtemp(prefix="grading-", dir=settings.work_root or None))  # mode 0700
+    if prestarted is not None and (prestarted.device != device or not prestarted.waiting()):
+        prestarted = None  # started for another device, or ended while it waited: not used
+    if prestarted is not None:
+        grading_dir = prestarted.grading_dir
+    else:
+        grading_dir = Path(tempfile.mkdtemp(prefix="grading-", dir=settings.work_root or None))  # mode 0700
     cache_dir = grading_dir / "triton-cache"  # this submission's own Triton cache
     try:
-        cache_dir.mkdir()
+        cache_dir.mkdir(exist_ok=prestarted is not None)
         run = _run_checks(spec, source, device=device, seed=seed, settings=settings, grading_dir=grading_dir,
-                          cache_dir=cache_dir, timings=timings, rows=rows, benchmark_options=options)
+                          cache_dir=cache_dir, timings=timings, rows=rows, benchmark_options=options,
+                          prestarted=prestarted)
         document = document.model_copy(update=run.fields)
         if document.verdict is Verdict.PASSED and benchmark == "on" and not timed:
             document = document.model_copy(update={"benchmark": BenchmarkResult(

@@ -164,6 +164,8 @@ class _OutputCapture(threading.Thread):
 
 #: Progress lines with which the harness brackets a Triton compilation (check_child.py).
 COMPILE_BEGIN = "compile begin"
+#: The line of a check child started ahead of its job when its plan arrived (check_child.py).
+PLAN_RECEIVED = "plan"
 COMPILE_END = "compile end"
 
 
@@ -251,6 +253,9 @@ class ProgressLines(threading.Thread):
                 for raw in lines:
                     line = raw.decode("utf-8", "replace").strip()[:500]
                     if not line:
+                        continue
+                    if line == PLAN_RECEIVED:  # a child started ahead got its plan: not a phase of its run
+                        self.marks.setdefault("plan", now)
                         continue
                     if self.first is None:
                         self.first = line

@@ -38,6 +38,9 @@ class GraderSettings(BaseSettings):
             Triton specialisations on before its checks run (check_child.py ``precompile``:
             one compile-only pass over the planned calls); 0 compiles each one when it is first
             launched, one at a time.
+        prestart_check_child: a grader started ahead of its job (``grader check
+            --job-on-stdin``) starts its check child too, which loads Python, torch and Triton in
+            its sandbox and waits for its plan (grader/runner.py ``PrestartedChild``).
     """
 
     model_config = SettingsConfigDict(env_prefix="GRADER_", extra="ignore")
@@ -52,3 +55,4 @@ class GraderSettings(BaseSettings):
     tmpfs_bytes: int = Field(default=1024**3, gt=0)
     work_root: str | None = None
     precompile_threads: int = Field(default=8, ge=0, le=64)
+    prestart_check_child: bool = True

@@ -32,9 +32,14 @@ A call's ``tiled`` arguments (protocol.TiledSpec: large_offsets' 4.3 GB tensors)
 on the device from a few pattern rows, before the submission is imported; for calls with
 ``sample_rows`` only those rows of the output are written back.
 
+A child started ahead of its job (the warm grader's, grader/runner.py ``PrestartedChild``)
+finds no ``plan.json``: it loads torch, Triton and safetensors and waits for the parent to
+rename one into place (``quit`` ends the wait), then runs as any other.
+
 Progress goes to a pipe the parent holds open (file descriptor PROGRESS_FD), one line per
-event: ``import`` before the submission is imported, ``precompile`` before the compile-only
-pass (GPU: ``Child.precompile``), ``call <id>`` before each call,
+event: ``plan`` when a child started ahead received its plan, ``import`` before the submission
+is imported, ``precompile`` before the compile-only pass (GPU: ``Child.precompile``),
+``call <id>`` before each call,
 ``compile begin`` / ``compile end`` around each Triton compilation (the parent leaves that
 time out of the wall-clock limit, up to a budget, timing it by its own clock) and ``done`` at
 the end. What was written to a pipe cannot be taken back, so a submission that
@@ -699,7 +704,34 @@ def _output_to_save(plain, call_id: str, sample_rows) -> dict:
         return {}
 
 
+#: Seconds between two looks for ``plan.json`` while started ahead of the job.
+PLAN_POLL_S = 0.01
+
+
+def wait_for_plan(workdir: str) -> bool:
+    """Started ahead of its job (grader/runner.py ``PrestartedChild``): load what every run
+    needs (torch, Triton, safetensors; nothing touches the GPU), then wait until the parent
+    renames ``plan.json`` into the work folder (after the source, the inputs and the
+    assignment's harness files). False when ``quit`` appears instead, or this process's parent
+    is gone (without bubblewrap's --die-with-parent), before a plan came."""
+    import safetensors.torch  # noqa: F401
+    import torch  # noqa: F401
+    import triton  # noqa: F401
+
+    parent = os.getppid()
+    plan, stop = os.path.join(workdir, "plan.json"), os.path.join(workdir, "quit")
+    while not os.path.exists(plan):
+        if os.path.exists(stop) or os.getppid() != parent:
+            return False
+        time.sleep(PLAN_POLL_S)
+    return True
+
+
 def main(workdir: str, progress_fd: int) -> int:
+    if not os.path.exists(os.path.join(workdir, "plan.json")):
+        if not wait_for_plan(workdir):
+            return 0
+        Progress(progress_fd).write("plan")
     return Child(workdir, progress_fd).run()
 
 

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from grading_support import REFERENCE, requires_bwrap
@@ -279,9 +280,10 @@ def test_progress_marks_give_the_childs_phases_by_the_parents_clock():
     assert runner._child_phases(_outcome()) == {}
 
 
-def _check_with_job_on_stdin(job: str) -> subprocess.CompletedProcess:
+def _check_with_job_on_stdin(job: str, work_root: Path | None = None) -> subprocess.CompletedProcess:
+    environment = {**os.environ, **({"GRADER_WORK_ROOT": str(work_root)} if work_root else {})}
     return subprocess.run([sys.executable, "-m", "grader", "check", "--job-on-stdin", "--device", "cpu", "--json", "-"],
-                          input=job, capture_output=True, text=True, timeout=120)
+                          input=job, capture_output=True, text=True, timeout=120, env=environment)
 
 
 def test_a_grader_started_ahead_grades_the_job_it_reads_on_stdin(tmp_path):
@@ -296,8 +298,9 @@ def test_a_grader_started_ahead_grades_the_job_it_reads_on_stdin(tmp_path):
     assert document.seed == 4242 and document.error.kind == ErrorKind.SYNTAX
 
 
-def test_a_grader_started_ahead_without_a_job_ends_quietly_and_a_bad_job_is_ours():
-    closed = _check_with_job_on_stdin("")
+def test_a_grader_started_ahead_without_a_job_ends_quietly_and_a_bad_job_is_ours(tmp_path):
+    closed = _check_with_job_on_stdin("", work_root=tmp_path)
     assert closed.returncode == 0 and closed.stdout == "", closed.stderr
+    assert list(tmp_path.iterdir()) == [], "the check child it started ahead is ended and its folder removed"
     malformed = _check_with_job_on_stdin('{"source": "x.py"}\n')
     assert malformed.returncode == ExitCode.INFRASTRUCTURE and "no job read from stdin" in malformed.stderr
