@@ -220,10 +220,13 @@ def _run_child(plan: Plan, assignment: Assignment, source: str, *, isolated: boo
     else:
         stage_harness(harness_dir, extra_files)
     # Renamed into place last: a child started ahead begins when it sees the plan.
-    (workdir / "plan.json.tmp").write_text(protocol_plan.model_dump_json())
-    if prestarted is not None:
-        return workdir, prestarted.run(workdir / "plan.json.tmp")
-    os.replace(workdir / "plan.json.tmp", workdir / "plan.json")
+    plan_file = workdir / "plan.json.tmp"
+    plan_file.write_text(protocol_plan.model_dump_json())
+    outcome = prestarted.run(plan_file) if prestarted is not None else None
+    if outcome is not None:
+        return workdir, outcome
+    if plan_file.exists():  # (a child started ahead that ended without its run has it in place)
+        os.replace(plan_file, workdir / "plan.json")
     try:
         outcome = run_sandboxed(harness=harness_dir / "check_child.py", workdir=workdir, device=device,
                                 settings=settings, args=[str(workdir)], cache_dir=cache_dir, progress=True,
@@ -242,7 +245,7 @@ class PrestartedChild:
     hand-over (its wait is left out of the wall clock, as the replay process's waits are).
 
     Raises (constructor):
-        InfrastructureError: the sandbox could not start.
+        OSError: its folder could not be made.
     """
 
     def __init__(self, *, device: str, settings: GraderSettings) -> None:
@@ -279,22 +282,25 @@ class PrestartedChild:
         """The child still waits for its plan (it has not ended, and was not handed one)."""
         return self._handed is None and self._thread.is_alive()
 
-    def run(self, plan_file: Path) -> ChildOutcome:
+    def run(self, plan_file: Path) -> ChildOutcome | None:
         """Hand the child its plan (``plan_file``, written whole, is renamed to ``plan.json``;
         the source, the inputs and the assignment's harness files are in place) and wait for it.
         The outcome's ``started`` and ``duration_s`` count from the hand-over.
 
-        Raises:
-            InfrastructureError: the sandbox failed.
+        Returns:
+            The outcome, or None when the child ended without taking the plan (it died in its
+            wait just before the hand-over, or its sandbox failed): the caller runs a child of
+            its own on the same folder.
         """
         self._handed = time.monotonic()
         os.replace(plan_file, self.workdir / "plan.json")
         self._thread.join()
-        if self._failure is not None or self._outcome is None:
-            raise InfrastructureError(f"the check child started ahead failed: {self._failure}")
-        waited = self._handed - self._outcome.started
-        return dataclasses.replace(self._outcome, started=self._handed,
-                                   duration_s=max(0.0, self._outcome.duration_s - waited))
+        outcome = self._outcome
+        if self._failure is not None or outcome is None or outcome.progress is None \
+                or "plan" not in outcome.progress.marks:
+            return None
+        waited = self._handed - outcome.started
+        return dataclasses.replace(outcome, started=self._handed, duration_s=max(0.0, outcome.duration_s - waited))
 
     def close(self) -> None:
         """End the child if it still waits (or runs) and remove the grading folder."""

@@ -178,7 +178,9 @@ class Worker:
 
     def _prepare_warm_grader(self) -> None:
         """Start the grader of the next job now (``settings.grader_warm_start``), unless one
-        waits already; a grader that cannot start is started again with its job."""
+        waits already; a grader that cannot start is started again with its job. Called from
+        the worker's loop thread only: a grader's parent-death signal (PR_SET_PDEATHSIG) fires
+        when the thread that started it ends, not the process."""
         if not self.settings.grader_warm_start or self._stop.is_set():
             return
         if self._warm is not None and self._warm.process.poll() is None:

@@ -5,7 +5,8 @@ real reference under the Triton interpreter.
 - It runs the grading's checks when handed its plan, and the time it waited is not on its
   wall clock (a wait longer than the child's whole limit does not time it out).
 - Closed without a job, it ends and its folder is removed.
-- One that ended before its job is replaced by a child started for the job.
+- One that ended before its job is replaced by a child started for the job, also when it
+  ended in the moment between the grading's look at it and the hand-over.
 """
 
 from __future__ import annotations
@@ -52,3 +53,15 @@ def test_a_prestarted_child_that_ended_before_its_job_is_replaced():
                             prestarted=prestarted)
     assert document.verdict == "passed", document.error
     assert not prestarted.grading_dir.exists()
+
+
+def test_a_prestarted_child_that_ends_just_before_the_hand_over_is_replaced(monkeypatch):
+    prestarted = PrestartedChild(device="cpu", settings=settings())
+    prestarted._cancel.set()
+    prestarted._thread.join(timeout=30)
+    # The grading looked while it still waited; it died before the plan was renamed into place.
+    monkeypatch.setattr(prestarted, "waiting", lambda: True)
+    document = grade_source(REFERENCE.read_bytes(), assignment="softmax_backward", device="cpu", settings=settings(),
+                            prestarted=prestarted)
+    assert document.verdict == "passed", document.error
+    assert "plan" not in prestarted._outcome.progress.marks and not prestarted.grading_dir.exists()

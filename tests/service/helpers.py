@@ -98,6 +98,16 @@ def upload(client: TestClient, token: str, source: str | bytes,
     )
 
 
+def upload_graded(client: TestClient, session: Session, token: str, outcome: Any) -> int:
+    """Upload a kernel as the student of ``token`` and store ``outcome`` as its grading (the
+    oldest queued submission must be this one); returns the submission's id."""
+    response = upload(client, token, kernel_source())
+    assert response.status_code == 202, response.text
+    graded = grade_next(session, outcome)
+    assert graded == response.json()["id"], "another submission was queued before this one"
+    return graded
+
+
 def make_outcome(status: str = "passed", *, speedup: float | None = None,
                  error_kind: str | None = None, seed: int = 1234,
                  grader_version: str = "test") -> Any:

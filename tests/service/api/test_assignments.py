@@ -23,6 +23,7 @@ from ..helpers import (
     kernel_source,
     make_outcome,
     upload,
+    upload_graded,
 )
 
 OPENS = dt.datetime(2026, 12, 1, 9, 0, tzinfo=dt.UTC)
@@ -181,8 +182,7 @@ def test_assignment_rate_limit_overrides_the_service_default(client) -> None:
 
 def test_hidden_leaderboard_is_refused_to_students_only(client, db_session) -> None:
     _, token = create_student(client)
-    upload(client, token, kernel_source())
-    grade_next(db_session, make_outcome(speedup=1.5))
+    upload_graded(client, db_session, token, make_outcome(speedup=1.5))
     assert client.get("/api/v1/leaderboard", headers=bearer(token)).status_code == 200
     configure(client, leaderboard_visible=False)
     hidden = client.get("/api/v1/leaderboard", headers=bearer(token))
@@ -199,8 +199,7 @@ def test_scores_follow_the_points_formula(client, db_session) -> None:
     for label, outcome in (("cpu", make_outcome(speedup=None)), ("slow", make_outcome(speedup=0.9)),
                            ("ok", make_outcome(speedup=1.0)), ("fast", make_outcome(speedup=2.5)),
                            ("failed", make_outcome("failed"))):
-        submission_id = upload(client, token, kernel_source()).json()["id"]
-        grade_next(db_session, outcome)
+        submission_id = upload_graded(client, db_session, token, outcome)
         scores[label] = client.get(f"/api/v1/submissions/{submission_id}",
                                    headers=bearer(token)).json()["score"]
     assert {k: (v["correctness_points"], v["speed_points"], v["total"]) for k, v in scores.items()} == {

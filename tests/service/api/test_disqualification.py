@@ -11,23 +11,18 @@ from ..helpers import (
     bearer,
     create_staff,
     create_student,
-    grade_next,
     instructor_headers,
-    kernel_source,
     make_outcome,
-    upload,
+    upload_graded,
 )
 
 
 def test_disqualify_hides_from_the_ranking_and_tells_the_student_why(client, db_session) -> None:
     _, ada = create_student(client, "ada")
     _, bob = create_student(client, "bob")
-    ada_fast = upload(client, ada, kernel_source()).json()["id"]
-    grade_next(db_session, make_outcome(speedup=3.0))
-    ada_slow = upload(client, ada, kernel_source()).json()["id"]
-    grade_next(db_session, make_outcome(speedup=1.1))
-    upload(client, bob, kernel_source())
-    grade_next(db_session, make_outcome(speedup=2.0))
+    ada_fast = upload_graded(client, db_session, ada, make_outcome(speedup=3.0))
+    ada_slow = upload_graded(client, db_session, ada, make_outcome(speedup=1.1))
+    upload_graded(client, db_session, bob, make_outcome(speedup=2.0))
     _, ta = create_staff(client, "grace", "ta")
 
     response = client.post(f"/api/v1/submissions/{ada_fast}/disqualify",

@@ -17,11 +17,9 @@ from ..helpers import (
     configure,
     create_staff,
     create_student,
-    grade_next,
     instructor_headers,
-    kernel_source,
     make_outcome,
-    upload,
+    upload_graded,
 )
 
 DUE = dt.datetime(2026, 12, 15, 23, 59, tzinfo=dt.UTC)
@@ -45,15 +43,11 @@ def test_lms_csv_has_a_row_for_every_student(client, db_session) -> None:
     for name in ("bob", "cy", "dee", "eve"):
         tokens[name] = create_student(client, name)[1]
 
-    upload(client, tokens["ada"], kernel_source())
-    grade_next(db_session, make_outcome(speedup=2.4))          # ada: ranked, 80 + 20
-    upload(client, tokens["bob"], kernel_source())
-    grade_next(db_session, make_outcome("failed"))             # bob: no passing submission
-    cy_cheat = upload(client, tokens["cy"], kernel_source()).json()["id"]
-    grade_next(db_session, make_outcome(speedup=9.0))          # cy: disqualified below
+    upload_graded(client, db_session, tokens["ada"], make_outcome(speedup=2.4))  # ada: ranked, 80 + 20
+    upload_graded(client, db_session, tokens["bob"], make_outcome("failed"))  # bob: no passing submission
+    cy_cheat = upload_graded(client, db_session, tokens["cy"], make_outcome(speedup=9.0))  # cy: disqualified below
     clock.set(DUE + dt.timedelta(hours=1))
-    upload(client, tokens["dee"], kernel_source())
-    grade_next(db_session, make_outcome(speedup=1.5))          # dee: late only
+    upload_graded(client, db_session, tokens["dee"], make_outcome(speedup=1.5))  # dee: late only
     # eve never submits.
     client.post(f"/api/v1/submissions/{cy_cheat}/disqualify", json={"reason": "copied"},
                 headers=instructor_headers())
@@ -84,10 +78,8 @@ def test_gradescope_results_json(client, db_session) -> None:
     configure(client, correctness_points=60,
               speed_points=[{"min_speedup": 1.0, "points": 20}, {"min_speedup": 2.0, "points": 40}])
     _, ada = create_student(client, "ada")
-    passed = upload(client, ada, kernel_source()).json()["id"]
-    grade_next(db_session, make_outcome(speedup=1.4))
-    failed = upload(client, ada, kernel_source()).json()["id"]
-    grade_next(db_session, make_outcome("failed"))
+    passed = upload_graded(client, db_session, ada, make_outcome(speedup=1.4))
+    failed = upload_graded(client, db_session, ada, make_outcome("failed"))
 
     results = client.get(f"/api/v1/submissions/{passed}/gradescope", headers=bearer(ada)).json()
     assert results["score"] == 80 and results["visibility"] == "visible"

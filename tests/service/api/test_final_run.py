@@ -21,9 +21,8 @@ from ..helpers import (
     create_student,
     grade_next,
     instructor_headers,
-    kernel_source,
     make_outcome,
-    upload,
+    upload_graded,
 )
 
 DUE = dt.datetime(2026, 12, 15, 23, 59, tzinfo=dt.UTC)
@@ -43,11 +42,9 @@ def _course(client, db_session):
                                  ("ada", "ada", make_outcome(speedup=2.0)),
                                  ("bob", "bob", make_outcome(speedup=1.5)),
                                  ("dee", "dee", make_outcome("failed"))):
-        ids[label] = upload(client, tokens[name], kernel_source()).json()["id"]
-        grade_next(db_session, outcome)
+        ids[label] = upload_graded(client, db_session, tokens[name], outcome)
     clock.set(DUE + dt.timedelta(minutes=5))
-    ids["cy"] = upload(client, tokens["cy"], kernel_source()).json()["id"]
-    grade_next(db_session, make_outcome(speedup=5.0))
+    ids["cy"] = upload_graded(client, db_session, tokens["cy"], make_outcome(speedup=5.0))
     clock.set(DUE + dt.timedelta(hours=1))
     return clock, tokens, ids
 
@@ -166,8 +163,7 @@ def test_a_final_run_needs_a_past_due_date_and_passing_work(client, db_session, 
     if case == "final_run_empty":
         clock.set(DUE + dt.timedelta(seconds=1))
         _, token = create_student(client)
-        upload(client, token, kernel_source())
-        grade_next(db_session, make_outcome("failed"))
+        upload_graded(client, db_session, token, make_outcome("failed"))
     if case == "before_due_date":
         clock.set(DUE)  # at the due date is not after it
     response = client.post(FINAL_RUN, headers=instructor_headers())

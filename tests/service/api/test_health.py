@@ -6,7 +6,7 @@ import datetime as dt
 
 from submissions import repository
 
-from ..helpers import create_student, grade_next, kernel_source, make_outcome, upload
+from ..helpers import create_student, kernel_source, make_outcome, upload, upload_graded
 
 
 def test_healthz_reports_database_and_workers(client, db_session) -> None:
@@ -28,8 +28,7 @@ def test_healthz_reports_database_and_workers(client, db_session) -> None:
 
 def test_metrics_expose_queue_depth_verdicts_and_durations(client, db_session) -> None:
     _, token = create_student(client)
-    upload(client, token, kernel_source())
-    grade_next(db_session, make_outcome(speedup=1.5))
+    upload_graded(client, db_session, token, make_outcome(speedup=1.5))
     upload(client, token, kernel_source())
     response = client.get("/metrics")
     assert response.status_code == 200

@@ -17,6 +17,7 @@ from ..helpers import (
     kernel_source,
     make_outcome,
     upload,
+    upload_graded,
 )
 
 
@@ -32,8 +33,7 @@ def _setup(client, db_session):
         ("ada_fail", ada, make_outcome("failed", grader_version="1.0")),
         ("bob_pass", bob, make_outcome(speedup=2.0, grader_version="0.9")),
     ):
-        ids[label] = upload(client, token, kernel_source()).json()["id"]
-        grade_next(db_session, outcome)
+        ids[label] = upload_graded(client, db_session, token, outcome)
     _, ta = create_staff(client, "grace", "ta")
     return ids, {"ada": ada, "bob": bob, "ta": ta}
 

@@ -27,6 +27,7 @@ from ..helpers import (
     kernel_source,
     make_outcome,
     upload,
+    upload_graded,
     wait_until,
 )
 
@@ -288,8 +289,7 @@ def test_concurrent_requests_with_one_key_create_one_row(committed_db) -> None:
 
 def test_a_long_poll_on_a_finished_submission_answers_at_once(client, db_session) -> None:
     _sid, token = create_student(client)
-    submission_id = upload(client, token, kernel_source()).json()["id"]
-    grade_next(db_session, make_outcome("passed"))
+    submission_id = upload_graded(client, db_session, token, make_outcome("passed"))
     started = time.monotonic()
     response = client.get(f"/api/v1/submissions/{submission_id}?wait=30", headers=bearer(token))
     assert response.status_code == 200 and response.json()["status"] == "passed"
