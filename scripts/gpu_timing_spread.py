@@ -127,6 +127,22 @@ def _child(out: Path, budget_s: float) -> None:
     out.write_text(json.dumps(result, indent=1))
 
 
+def run_in_fresh_processes(script: str, out: Path, count: int, arguments: list[str]) -> list[dict]:
+    """Run ``script --out OUT ARGUMENTS --child OUT/process_<i>.json`` ``count`` times, one after
+    the other (each a fresh process: its own CUDA context and allocations), and return the JSON
+    documents of those that exited 0."""
+    out.mkdir(parents=True, exist_ok=True)
+    documents = []
+    for index in range(count):
+        path = out / f"process_{index}.json"
+        started = time.perf_counter()
+        done = subprocess.run([sys.executable, script, "--out", str(out), *arguments, "--child", str(path)], check=False)
+        print(f"process {index}: exit {done.returncode}, {time.perf_counter() - started:.1f} s", flush=True)
+        if done.returncode == 0:
+            documents.append(json.loads(path.read_text()))
+    return documents
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -137,16 +153,7 @@ def main() -> int:
     if args.child:
         _child(args.child, args.budget)
         return 0
-    args.out.mkdir(parents=True, exist_ok=True)
-    documents = []
-    for index in range(args.processes):
-        path = args.out / f"process_{index}.json"
-        started = time.perf_counter()
-        done = subprocess.run([sys.executable, __file__, "--out", str(args.out), "--budget", str(args.budget),
-                               "--child", str(path)], check=False)
-        print(f"process {index}: exit {done.returncode}, {time.perf_counter() - started:.1f} s", flush=True)
-        if done.returncode == 0:
-            documents.append(json.loads(path.read_text()))
+    documents = run_in_fresh_processes(__file__, args.out, args.processes, ["--budget", str(args.budget)])
     if not documents:
         return 1
     methods = ("subtract", "subtract_small_flush", "graph_events")
