@@ -56,9 +56,9 @@ def _write_json(document: ResultDocument, target: str | None) -> None:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from grader.sandbox import OMP_WAIT_POLICY
+    from grader.openmp import OMP_WAIT_POLICY
 
-    # Read by libgomp when torch loads it, below (grader/sandbox.py says why); a value set in
+    # Read by libgomp when torch loads it, below (grader/openmp.py says why); a value set in
     # the environment is kept.
     os.environ.setdefault("OMP_WAIT_POLICY", OMP_WAIT_POLICY)
     # Imported here: `grader --help` and the service commands must not pay for torch.

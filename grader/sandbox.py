@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.openmp import OMP_WAIT_POLICY
 from grader.settings import GraderSettings
 
 # Packages of this project that must never be visible to the child (the reference solution
@@ -46,14 +47,6 @@ _ETC_FILES = (
 # Driver files outside /usr (which is bound whole); /usr/local/nvidia and /usr/local/cuda come
 # with /usr, and binding over them fails where they are symlinks (seen on the H200 machine).
 _GPU_PATHS = ("/run/nvidia-persistenced", "/usr/lib/wsl", "/opt/nvidia")
-#: OpenMP's wait policy of the grading processes (``grader check`` sets it for itself, and
-#: every child gets it): idle OpenMP threads sleep instead of spinning. A grading's processes
-#: run beside each other (the parent, the check children, the replay process, the worker's
-#: next grader starting up); with spinning threads, one process's parallel torch ops wait on a
-#: core another process holds. On the 2-core development machine, softmax_backward's plan
-#: building took 0.19-0.26 s alone either way, and beside a process importing torch 0.66-1.08 s
-#: with the default policy, 0.22 s with this one (docs/benchmarks.md).
-OMP_WAIT_POLICY = "PASSIVE"
 _ENV_PASSTHROUGH = ("LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_HOME")
 
 
@@ -511,7 +504,7 @@ def build_environment(*, device: str, home: str, cache_dir: str | None = None) -
         "PYTHONNOUSERSITE": "1",
         "TRITON_CACHE_DIR": cache_dir or os.path.join(home, "triton-cache"),
         "TORCHINDUCTOR_CACHE_DIR": os.path.join(home, "inductor-cache"),
-        "OMP_WAIT_POLICY": OMP_WAIT_POLICY,
+        "OMP_WAIT_POLICY": OMP_WAIT_POLICY,  # idle OpenMP threads sleep (grader/openmp.py)
     }
     for name in _ENV_PASSTHROUGH:
         if name in os.environ:

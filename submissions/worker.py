@@ -213,7 +213,7 @@ class Worker:
             # The next job's grader starts now, beside this grading, so that a job claimed right
             # after this one finds it loaded (a deadline queue). Its start-up no longer slows
             # this grading's CPU work: the grading processes' idle OpenMP threads sleep
-            # (grader/sandbox.py OMP_WAIT_POLICY; docs/benchmarks.md).
+            # (grader/openmp.py; docs/benchmarks.md).
             self._prepare_warm_grader()
             try:
                 outcome = run_grader(
