@@ -227,6 +227,11 @@ def _start_grader(command: list[str], workspace_root: os.PathLike[str], stdout_p
             raise InfrastructureFailure(f"cannot start the grader {command[0]!r}: {exc}") from exc
 
 
+#: Seconds a grader started ahead may take to exit on its own once its stdin ends without a job
+#: (it may still be loading torch), before it is killed.
+WARM_GRADER_CLOSE_S = 5.0
+
+
 class WarmGrader:
     """A ``grader check --job-on-stdin`` process started before its job arrives.
 
@@ -286,14 +291,20 @@ class WarmGrader:
                                 stderr_path=self.stderr_path)
 
     def close(self) -> None:
-        """Stop the process if it still runs (it was never given a job) and remove its folder."""
-        if self.process.poll() is None:
-            _kill_process_group(self.process)
+        """End the process if it still runs and remove its folder. One that still waits for a
+        job is told by the end of its stdin and exits on its own, ending the check child it
+        started ahead and removing that child's folder (grader/cli.py); after
+        ``WARM_GRADER_CLOSE_S`` it is killed."""
         if self.process.stdin is not None and not self.process.stdin.closed:
             try:
                 self.process.stdin.close()
             except OSError:
                 pass
+        if self.process.poll() is None:
+            try:
+                self.process.wait(timeout=WARM_GRADER_CLOSE_S)
+            except subprocess.TimeoutExpired:
+                _kill_process_group(self.process)
         shutil.rmtree(self.root, ignore_errors=True)
 
 

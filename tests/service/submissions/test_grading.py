@@ -121,6 +121,15 @@ def test_a_grader_started_ahead_gets_its_job_on_stdin(tmp_path, monkeypatch) -> 
     assert not warm.root.exists()
 
 
+def test_a_grader_started_ahead_and_never_given_a_job_exits_on_its_own() -> None:
+    """Closing it ends its stdin: it exits by itself (the real grader then ends the check child
+    it started ahead and removes that child's folder: tests/grader/test_runner_infrastructure.py),
+    rather than being killed with its cleanup undone."""
+    warm = WarmGrader(make_settings("sqlite:///unused.db", grader_timeout_s=20, grader_device="cpu"))
+    warm.close()
+    assert warm.process.returncode == 0 and not warm.root.exists()
+
+
 def test_a_grader_started_ahead_that_died_is_replaced_for_the_job(tmp_path) -> None:
     record = tmp_path / "record.json"
     settings = make_settings("sqlite:///unused.db", grader_timeout_s=20)
