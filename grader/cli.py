@@ -64,8 +64,8 @@ def _check(args: argparse.Namespace) -> int:
     # Imported here: `grader --help` and the service commands must not pay for torch.
     from rich.console import Console
 
-    from grader.report import render_result
-    from grader.runner import InfrastructureError, grade_file
+    import grader.report  # noqa: F401 - first: without the grader extra, torch is what is missing
+    import grader.runner  # noqa: F401
     from grader.settings import GraderSettings
 
     # With --json -, stdout carries only the JSON document; the table goes to stderr.
@@ -75,16 +75,26 @@ def _check(args: argparse.Namespace) -> int:
         settings = settings.model_copy(update={"sandbox": "unsafe-none"})
     if args.timeout is not None:
         settings = settings.model_copy(update={"child_timeout_s": args.timeout})
-    prestarted = None
+    prestarted = _prestart_check_child(args.device, settings) if args.job_on_stdin else None
+    try:
+        return _grade_one(args, console, settings, prestarted)
+    finally:
+        if prestarted is not None:  # a no-op once the grading closed it
+            prestarted.close()
+
+
+def _grade_one(args: argparse.Namespace, console, settings, prestarted) -> int:
+    """``grader check`` once the settings are read (and, with ``--job-on-stdin``, the check
+    child started ahead): the job, the grading, the output; returns the exit code."""
+    from grader.report import render_result
+    from grader.runner import InfrastructureError, grade_file
+
     if args.job_on_stdin:
-        prestarted = _prestart_check_child(args.device, settings)
         try:
             job = _wait_for_job(args.device)
         except Exception as exc:  # noqa: BLE001 - a malformed job is the worker's fault, never a verdict
             job = exc
         if not isinstance(job, GradeJob):
-            if prestarted is not None:
-                prestarted.close()
             if job is None:
                 return ExitCode.PASSED  # the worker closed stdin without a job: nothing to grade
             console.print(f"[red]infrastructure error[/]: no job read from stdin: {type(job).__name__}: {job}")

@@ -210,7 +210,9 @@ class ReplayProcess:
         self._put("stop_benchmark", "")
 
     def close(self) -> None:
-        """End the process (if it still waits) and remove its folders."""
+        """End the process (if it still waits, or times rows: it stops before the next row)
+        and remove its folders."""
+        self._put("stop_benchmark", "")
         self._put("quit", "")
         if self._thread is not None:
             self._thread.join(timeout=60)

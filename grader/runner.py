@@ -42,7 +42,14 @@ from grader.evidence import (
 )
 from grader.harness.protocol import BenchmarkRowSpec
 from grader.plan import CallEvidence, CheckEvidence, Plan
-from grader.sandbox import ChildOutcome, SandboxUnavailable, bwrap_version, run_sandboxed, stage_harness
+from grader.sandbox import (
+    ChildOutcome,
+    SandboxUnavailable,
+    bwrap_version,
+    process_cap,
+    run_sandboxed,
+    stage_harness,
+)
 from grader.settings import GraderSettings
 from grader.source_validation import SourceRejected, validate_source
 from grader.version import grader_version, package_version
@@ -196,6 +203,8 @@ def _run_child(plan: Plan, assignment: Assignment, source: str, *, isolated: boo
     if prestarted is not None and not prestarted.waiting():
         prestarted = None  # it ended before its job: a child is started for this run as usual
     workdir = grading_dir / ("isolated" if isolated else "check")
+    if prestarted is None and workdir.exists():  # the folder of a child started ahead that ended
+        shutil.rmtree(workdir)
     workdir.mkdir(exist_ok=prestarted is not None)
     (workdir / manifest.module_file).write_text(source, encoding="utf-8")
     other_device = "cpu" if device == "cuda" else "meta"
@@ -205,6 +214,7 @@ def _run_child(plan: Plan, assignment: Assignment, source: str, *, isolated: boo
         protocol_plan.benchmark_rows = [
             BenchmarkRowSpec(**{k: row[k] for k in ("id", "shape", "dtype", "seed", "warmup_seed")}) for row in rows or []]
         protocol_plan.precompile_threads = settings.precompile_threads
+        protocol_plan.process_limit = prestarted.process_limit() if prestarted is not None else None
         bases = plan.bank.bases
     else:
         names = {getattr(arg, "base", None) or getattr(arg, "pattern", None)
@@ -222,11 +232,14 @@ def _run_child(plan: Plan, assignment: Assignment, source: str, *, isolated: boo
     # Renamed into place last: a child started ahead begins when it sees the plan.
     plan_file = workdir / "plan.json.tmp"
     plan_file.write_text(protocol_plan.model_dump_json())
-    outcome = prestarted.run(plan_file) if prestarted is not None else None
-    if outcome is not None:
-        return workdir, outcome
-    if plan_file.exists():  # (a child started ahead that ended without its run has it in place)
-        os.replace(plan_file, workdir / "plan.json")
+    if prestarted is not None:
+        outcome = prestarted.run(plan_file)
+        if outcome is not None:
+            return workdir, outcome
+        # It ended before running anything of the submission: a child of its own, from a new folder.
+        return _run_child(plan, assignment, source, isolated=isolated, device=device, settings=settings,
+                          grading_dir=grading_dir, cache_dir=cache_dir, rows=rows, cancel=cancel)
+    os.replace(plan_file, workdir / "plan.json")
     try:
         outcome = run_sandboxed(harness=harness_dir / "check_child.py", workdir=workdir, device=device,
                                 settings=settings, args=[str(workdir)], cache_dir=cache_dir, progress=True,
@@ -258,6 +271,7 @@ class PrestartedChild:
         self._cancel = threading.Event()
         self._outcome: ChildOutcome | None = None
         self._failure: BaseException | None = None
+        self._limits: dict | None = None
         try:
             self.cache_dir.mkdir()
             self.workdir.mkdir()
@@ -272,11 +286,21 @@ class PrestartedChild:
         try:
             self._outcome = run_sandboxed(
                 harness=harness / "check_child.py", workdir=self.workdir, device=self.device, settings=self.settings,
-                args=[str(self.workdir)], cache_dir=self.cache_dir, progress=True,
+                args=[str(self.workdir), "--started-ahead"], cache_dir=self.cache_dir, progress=True,
                 compile_budget_s=self.settings.compile_budget_s, cancel=self._cancel,
-                idle_s=lambda now: (self._handed or now) - self._started)
+                idle_s=lambda now: (self._handed or now) - self._started, on_start=self._record_limits)
         except BaseException as exc:  # noqa: BLE001 - the run falls back to a child of its own
             self._failure = exc
+
+    def _record_limits(self, limits: dict) -> None:
+        self._limits = limits
+
+    def process_limit(self) -> int | None:
+        """RLIMIT_NPROC for the plan (``CheckPlan.process_limit``), counted now, when no cgroup
+        limits the child's processes: the limit it got when it started was counted during
+        another grading, whose tasks it included."""
+        enforced_by = (self._limits or {}).get("enforced_by", [])
+        return process_cap(self.settings) if any(e.startswith("rlimit") for e in enforced_by) else None
 
     def waiting(self) -> bool:
         """The child still waits for its plan (it has not ended, and was not handed one)."""
@@ -288,19 +312,19 @@ class PrestartedChild:
         The outcome's ``started`` and ``duration_s`` count from the hand-over.
 
         Returns:
-            The outcome, or None when the child ended without taking the plan (it died in its
-            wait just before the hand-over, or its sandbox failed): the caller runs a child of
-            its own on the same folder.
+            The outcome, or None when the child ended before the submission's import (it died
+            in its wait just before the hand-over, or its sandbox failed): nothing of the
+            submission ran, and the caller runs a child of its own.
         """
         self._handed = time.monotonic()
         os.replace(plan_file, self.workdir / "plan.json")
         self._thread.join()
         outcome = self._outcome
-        if self._failure is not None or outcome is None or outcome.progress is None \
-                or "plan" not in outcome.progress.marks:
+        if self._failure is not None or outcome is None or outcome.progress is None or not outcome.progress.started:
             return None
         waited = self._handed - outcome.started
-        return dataclasses.replace(outcome, started=self._handed, duration_s=max(0.0, outcome.duration_s - waited))
+        return dataclasses.replace(outcome, started=self._handed, duration_s=max(0.0, outcome.duration_s - waited),
+                                   compile_excluded_s=max(0.0, outcome.compile_excluded_s - waited))
 
     def close(self) -> None:
         """End the child if it still waits (or runs) and remove the grading folder."""
@@ -712,7 +736,8 @@ def _grade_source(source: str | bytes, *, assignment: str, device: str, seed: in
         options = benchmark_options or BenchmarkOptions()
         rows = plan_rows(spec, options)
     if prestarted is not None and (prestarted.device != device or not prestarted.waiting()):
-        prestarted = None  # started for another device, or ended while it waited: not used
+        prestarted.close()  # started for another device, or ended while it waited: not used
+        prestarted = None
     if prestarted is not None:
         grading_dir = prestarted.grading_dir
     else:

@@ -211,6 +211,13 @@ def _start_grader(command: list[str], workspace_root: os.PathLike[str], stdout_p
     Raises:
         InfrastructureFailure: it could not be started.
     """
+    environment = grader_environment(os.environ)
+    if "GRADER_WORK_ROOT" not in environment:
+        # The grader's own folders (its grading folder, the check child it starts ahead) inside
+        # this private folder, which is removed with it even when the grader was killed.
+        work_root = Path(workspace_root) / "work"
+        work_root.mkdir(mode=0o700, exist_ok=True)
+        environment["GRADER_WORK_ROOT"] = str(work_root)
     with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
         try:
             return subprocess.Popen(  # noqa: S603 - argv list, no shell
@@ -219,7 +226,7 @@ def _start_grader(command: list[str], workspace_root: os.PathLike[str], stdout_p
                 stdout=stdout,
                 stderr=stderr,
                 cwd=workspace_root,
-                env=grader_environment(os.environ),
+                env=environment,
                 start_new_session=True,
                 preexec_fn=_SET_PARENT_DEATH_SIGNAL,  # noqa: PLW1509 - async-signal-safe call only
             )

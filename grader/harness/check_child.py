@@ -32,9 +32,10 @@ A call's ``tiled`` arguments (protocol.TiledSpec: large_offsets' 4.3 GB tensors)
 on the device from a few pattern rows, before the submission is imported; for calls with
 ``sample_rows`` only those rows of the output are written back.
 
-A child started ahead of its job (the warm grader's, grader/runner.py ``PrestartedChild``)
-finds no ``plan.json``: it loads torch, Triton and safetensors and waits for the parent to
-rename one into place (``quit`` ends the wait), then runs as any other.
+A child started ahead of its job (``--started-ahead``: the warm grader's, grader/runner.py
+``PrestartedChild``) loads torch, Triton and safetensors and waits for the parent to rename
+``plan.json`` into place (``quit`` ends the wait), says ``plan`` on the progress pipe, lowers
+its RLIMIT_NPROC to the plan's ``process_limit`` when it has one, then runs as any other.
 
 Progress goes to a pipe the parent holds open (file descriptor PROGRESS_FD), one line per
 event: ``plan`` when a child started ahead received its plan, ``import`` before the submission
@@ -46,13 +47,14 @@ the end. What was written to a pipe cannot be taken back, so a submission that
 deletes files or forges reports cannot make the parent believe the harness never started, or
 that a run finished that did not.
 
-Usage: python check_child.py WORKDIR PROGRESS_FD
+Usage: python check_child.py WORKDIR [--started-ahead] PROGRESS_FD
 """
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import sys
 import time
 import traceback
@@ -221,6 +223,8 @@ class Child:
         self.workdir = workdir
         with _open(os.path.join(workdir, "plan.json"), encoding="utf-8") as handle:
             self.plan = protocol.CheckPlan.model_validate_json(handle.read())
+        if self.plan.process_limit is not None:  # started ahead: counted at the hand-over
+            lower_process_limit(self.plan.process_limit)
         self.device = self.plan.device
         self.progress = Progress(progress_fd)
         self.bases_cpu = load_file(os.path.join(workdir, "inputs.safetensors"))
@@ -727,8 +731,17 @@ def wait_for_plan(workdir: str) -> bool:
     return True
 
 
-def main(workdir: str, progress_fd: int) -> int:
-    if not os.path.exists(os.path.join(workdir, "plan.json")):
+def lower_process_limit(limit: int) -> None:
+    """RLIMIT_NPROC to ``limit`` (never above the hard limit it has: lowering is always allowed)."""
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+    value = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_NPROC, (value, value))
+
+
+def main(workdir: str, progress_fd: int, *, started_ahead: bool = False) -> int:
+    """One correctness run. ``started_ahead`` (``--started-ahead``): wait for the plan (it may
+    be in place already) and say ``plan`` on the progress pipe before anything else."""
+    if started_ahead:
         if not wait_for_plan(workdir):
             return 0
         Progress(progress_fd).write("plan")
@@ -736,7 +749,7 @@ def main(workdir: str, progress_fd: int) -> int:
 
 
 if __name__ == "__main__":
-    status = main(sys.argv[1], int(sys.argv[2]))
+    status = main(sys.argv[1], int(sys.argv[-1]), started_ahead="--started-ahead" in sys.argv[2:-1])
     # Everything is written (done.json last): leave without the interpreter's teardown of
     # torch, Triton and the CUDA context (0.5-1 s the parent would wait for), and without
     # running atexit handlers the submission may have registered.

@@ -5,6 +5,7 @@ real reference under the Triton interpreter.
 - It runs the grading's checks when handed its plan, and the time it waited is not on its
   wall clock (a wait longer than the child's whole limit does not time it out).
 - Closed without a job, it ends and its folder is removed.
+- Handed its plan at once (while it still loads torch), it runs it, once.
 - One that ended before its job is replaced by a child started for the job, also when it
   ended in the moment between the grading's look at it and the hand-over.
 """
@@ -65,3 +66,31 @@ def test_a_prestarted_child_that_ends_just_before_the_hand_over_is_replaced(monk
                             prestarted=prestarted)
     assert document.verdict == "passed", document.error
     assert "plan" not in prestarted._outcome.progress.marks and not prestarted.grading_dir.exists()
+
+
+def test_a_prestarted_child_handed_its_plan_while_still_loading_runs_it_once():
+    prestarted = PrestartedChild(device="cpu", settings=settings())
+    document = grade_source(REFERENCE.read_bytes(), assignment="softmax_backward", device="cpu", settings=settings(),
+                            prestarted=prestarted)
+    assert document.verdict == "passed", document.error
+    marks = prestarted._outcome.progress.marks
+    assert "plan" in marks and prestarted._outcome.progress.started, "the child started ahead ran the checks"
+
+
+def test_a_prestarted_child_that_ends_while_the_plan_is_built_is_replaced(monkeypatch):
+    prestarted = PrestartedChild(device="cpu", settings=settings())
+    looks = []
+
+    def waiting() -> bool:  # alive when the grading looks first, gone when the child is handed its run
+        looks.append(True)
+        if len(looks) > 1:
+            prestarted._cancel.set()
+            prestarted._thread.join(timeout=30)
+            return False
+        return True
+
+    monkeypatch.setattr(prestarted, "waiting", waiting)
+    document = grade_source(REFERENCE.read_bytes(), assignment="softmax_backward", device="cpu", settings=settings(),
+                            prestarted=prestarted)
+    assert document.verdict == "passed", document.error
+    assert len(looks) == 2 and not prestarted.grading_dir.exists()
