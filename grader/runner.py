@@ -42,14 +42,7 @@ from grader.evidence import (
 )
 from grader.harness.protocol import BenchmarkRowSpec
 from grader.plan import CallEvidence, CheckEvidence, Plan
-from grader.sandbox import (
-    ChildOutcome,
-    SandboxUnavailable,
-    bwrap_version,
-    process_cap,
-    run_sandboxed,
-    stage_harness,
-)
+from grader.sandbox import ChildOutcome, SandboxUnavailable, bwrap_version, run_sandboxed, stage_harness
 from grader.settings import GraderSettings
 from grader.source_validation import SourceRejected, validate_source
 from grader.version import grader_version, package_version
@@ -214,7 +207,6 @@ def _run_child(plan: Plan, assignment: Assignment, source: str, *, isolated: boo
         protocol_plan.benchmark_rows = [
             BenchmarkRowSpec(**{k: row[k] for k in ("id", "shape", "dtype", "seed", "warmup_seed")}) for row in rows or []]
         protocol_plan.precompile_threads = settings.precompile_threads
-        protocol_plan.process_limit = prestarted.process_limit() if prestarted is not None else None
         bases = plan.bank.bases
     else:
         names = {getattr(arg, "base", None) or getattr(arg, "pattern", None)
@@ -271,7 +263,6 @@ class PrestartedChild:
         self._cancel = threading.Event()
         self._outcome: ChildOutcome | None = None
         self._failure: BaseException | None = None
-        self._limits: dict | None = None
         try:
             self.cache_dir.mkdir()
             self.workdir.mkdir()
@@ -288,19 +279,9 @@ class PrestartedChild:
                 harness=harness / "check_child.py", workdir=self.workdir, device=self.device, settings=self.settings,
                 args=[str(self.workdir), "--started-ahead"], cache_dir=self.cache_dir, progress=True,
                 compile_budget_s=self.settings.compile_budget_s, cancel=self._cancel,
-                idle_s=lambda now: (self._handed or now) - self._started, on_start=self._record_limits)
+                idle_s=lambda now: (self._handed or now) - self._started)
         except BaseException as exc:  # noqa: BLE001 - the run falls back to a child of its own
             self._failure = exc
-
-    def _record_limits(self, limits: dict) -> None:
-        self._limits = limits
-
-    def process_limit(self) -> int | None:
-        """RLIMIT_NPROC for the plan (``CheckPlan.process_limit``), counted now, when no cgroup
-        limits the child's processes: the limit it got when it started was counted during
-        another grading, whose tasks it included."""
-        enforced_by = (self._limits or {}).get("enforced_by", [])
-        return process_cap(self.settings) if any(e.startswith("rlimit") for e in enforced_by) else None
 
     def waiting(self) -> bool:
         """The child still waits for its plan (it has not ended, and was not handed one)."""

@@ -416,14 +416,6 @@ class _Cgroup:
         self.paths = []
 
 
-def process_cap(settings: GraderSettings) -> int:
-    """RLIMIT_NPROC for a child about to run (where no cgroup limits its processes): the tasks
-    this uid runs now plus ``settings.max_processes`` (RLIMIT_NPROC counts every task of the
-    uid). A child started ahead gets it again, counted when it is handed its plan
-    (grader/runner.py ``PrestartedChild``)."""
-    return _tasks_of_uid(os.getuid()) + settings.max_processes
-
-
 def _tasks_of_uid(uid: int) -> int:
     """Tasks (threads included) of ``uid`` visible in /proc: what RLIMIT_NPROC counts.
 
@@ -612,7 +604,6 @@ def run_sandboxed(
     compile_budget_s: float = 0.0,
     idle_s: Callable[[float], float] | None = None,
     cancel: threading.Event | None = None,
-    on_start: Callable[[dict], None] | None = None,
 ) -> ChildOutcome:
     """Run ``python -I harness args...`` as the untrusted child and wait for it.
 
@@ -636,8 +627,6 @@ def run_sandboxed(
         cancel: when set, the child is killed (within a second) and its outcome says
             ``cancelled``: the parent no longer needs it (e.g. the isolated child beside a main
             child that ended with an error).
-        on_start: called with the limits (``ChildOutcome.limits``: ``enforced_by`` says whether
-            a cgroup or RLIMIT_NPROC limits the processes) once the child runs.
         cache_dir: the submission's own Triton cache folder, bound read-write, so the check run
             and the benchmark run of one grading compile each kernel once. Never shared between
             submissions (a shared cache could be poisoned). None: a fresh one in the child's /tmp.
@@ -675,7 +664,7 @@ def run_sandboxed(
 
     # RLIMIT_NPROC counts every task (thread) of this uid, so allow for those running now.
     # Counted here, before the fork: the child between fork and exec must stay minimal.
-    nproc_cap = process_cap(settings)
+    nproc_cap = _tasks_of_uid(os.getuid()) + settings.max_processes
 
     def limit_child() -> None:  # runs in the forked child, before exec
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -719,8 +708,6 @@ def run_sandboxed(
             if fd is not None:
                 os.close(fd)
         raise SandboxUnavailable(f"could not start the sandboxed child: {exc}") from exc
-    if on_start is not None:
-        on_start(limits)
     progress_lines = None
     if progress_write is not None:
         os.close(progress_write)  # the child holds the only write end now

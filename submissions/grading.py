@@ -212,12 +212,6 @@ def _start_grader(command: list[str], workspace_root: os.PathLike[str], stdout_p
         InfrastructureFailure: it could not be started.
     """
     environment = grader_environment(os.environ)
-    if "GRADER_WORK_ROOT" not in environment:
-        # The grader's own folders (its grading folder, the check child it starts ahead) inside
-        # this private folder, which is removed with it even when the grader was killed.
-        work_root = Path(workspace_root) / "work"
-        work_root.mkdir(mode=0o700, exist_ok=True)
-        environment["GRADER_WORK_ROOT"] = str(work_root)
     with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
         try:
             return subprocess.Popen(  # noqa: S603 - argv list, no shell

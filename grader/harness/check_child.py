@@ -34,8 +34,8 @@ on the device from a few pattern rows, before the submission is imported; for ca
 
 A child started ahead of its job (``--started-ahead``: the warm grader's, grader/runner.py
 ``PrestartedChild``) loads torch, Triton and safetensors and waits for the parent to rename
-``plan.json`` into place (``quit`` ends the wait), says ``plan`` on the progress pipe, lowers
-its RLIMIT_NPROC to the plan's ``process_limit`` when it has one, then runs as any other.
+``plan.json`` into place (``quit`` ends the wait), says ``plan`` on the progress pipe, then
+runs as any other.
 
 Progress goes to a pipe the parent holds open (file descriptor PROGRESS_FD), one line per
 event: ``plan`` when a child started ahead received its plan, ``import`` before the submission
@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import sys
 import time
 import traceback
@@ -223,8 +222,6 @@ class Child:
         self.workdir = workdir
         with _open(os.path.join(workdir, "plan.json"), encoding="utf-8") as handle:
             self.plan = protocol.CheckPlan.model_validate_json(handle.read())
-        if self.plan.process_limit is not None:  # started ahead: counted at the hand-over
-            lower_process_limit(self.plan.process_limit)
         self.device = self.plan.device
         self.progress = Progress(progress_fd)
         self.bases_cpu = load_file(os.path.join(workdir, "inputs.safetensors"))
@@ -729,13 +726,6 @@ def wait_for_plan(workdir: str) -> bool:
             return False
         time.sleep(PLAN_POLL_S)
     return True
-
-
-def lower_process_limit(limit: int) -> None:
-    """RLIMIT_NPROC to ``limit`` (never above the hard limit it has: lowering is always allowed)."""
-    _soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
-    value = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
-    resource.setrlimit(resource.RLIMIT_NPROC, (value, value))
 
 
 def main(workdir: str, progress_fd: int, *, started_ahead: bool = False) -> int:

@@ -132,9 +132,6 @@ class CheckPlan(_Model):
 
     ``precompile_threads``: threads for the compile-only pass over the planned calls before
     the checks (GPU only; 0: no such pass, each specialisation compiles at its first launch).
-    ``process_limit``: for a child started ahead of its job whose processes RLIMIT_NPROC
-    limits, the limit counted when it was handed this plan; it lowers its own to it before
-    anything else (grader/sandbox.py ``process_cap``).
     """
 
     function: str
@@ -144,7 +141,6 @@ class CheckPlan(_Model):
     steps: list[StepSpec]
     benchmark_rows: list[BenchmarkRowSpec] = Field(default_factory=list)
     precompile_threads: int = Field(0, ge=0, le=64)
-    process_limit: int | None = Field(None, ge=1)
 
 
 # ---- child -> parent (hostile) -----------------------------------------------------------

@@ -12,7 +12,6 @@ real reference under the Triton interpreter.
 
 from __future__ import annotations
 
-import resource
 import time
 
 from grading_support import REFERENCE, requires_bwrap, settings
@@ -96,17 +95,3 @@ def test_a_prestarted_child_that_ends_while_the_plan_is_built_is_replaced(monkey
     assert document.verdict == "passed", document.error
     assert len(looks) == 2 and not prestarted.grading_dir.exists()
 
-
-def test_a_prestarted_child_lowers_its_process_limit_to_the_one_counted_at_the_hand_over(monkeypatch):
-    """Where RLIMIT_NPROC limits the child (no cgroup: the H200 machine), the limit it got when
-    it started was counted during another grading; the plan carries one counted at the
-    hand-over, and the child lowers its own to it before the submission runs."""
-    hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
-    limit = 7_654_321 if hard == resource.RLIM_INFINITY else hard - 7  # high: lowering it harms nothing
-    prestarted = PrestartedChild(device="cpu", settings=settings())
-    monkeypatch.setattr(prestarted, "process_limit", lambda: limit)
-    source = REFERENCE.read_text() + '\nimport resource\nprint("NPROC", resource.getrlimit(resource.RLIMIT_NPROC))\n'
-    document = grade_source(source, assignment="softmax_backward", device="cpu", settings=settings(),
-                            prestarted=prestarted)
-    assert document.verdict == "passed", document.error
-    assert f"NPROC ({limit}, {limit})" in document.log.text, document.log.text[:2000]
