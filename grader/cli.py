@@ -139,7 +139,8 @@ def _prestart_check_child(device: str, settings):
 
 def _wait_for_job(device: str):
     """``--job-on-stdin``: load what every grading needs (torch, the grader, the assignments,
-    the benchmark and replay modules, the CUDA device's presence), then read the job (one ``GradeJob`` JSON line) from stdin.
+    the benchmark and replay modules, the CUDA device's presence), then read the job (one
+    ``GradeJob`` JSON line) from stdin.
 
     Returns:
         The job, or None when stdin ends without one (the worker no longer needs this process).
