@@ -605,7 +605,7 @@ def _send_recording(plan: Plan, workdir: Path, evidence_calls: dict, replay_proc
 
 def _start_timing(assignment: Assignment, sent, replay_process, *, rows: list[dict], benchmark_options):
     """Send the replay process phase 2 (the benchmark rows) right after phase 1, before the
-    checks are evaluated: the parent's oracles (0.5-0.75 s on the H200's host) then overlap the
+    checks are evaluated: the parent's oracles (0.6-1.0 s on the H200's host) then overlap the
     timing instead of preceding it. The GPU is the replay process's alone by then (both check
     children have ended; the parent's oracles run on the CPU). ``_finish_replay`` stops it when a
     check failed.

@@ -31,7 +31,7 @@ CUDA context, then overlaps the child's) and feeds it through files in its work 
 written whole (renamed into place): ``replay_plan.json`` starts phase 1; then
 ``benchmark_plan.json`` starts phase 2, or ``quit`` ends the process (``quit`` also ends the
 wait for the first plan, when the correctness run gave nothing to replay). The parent sends
-phase 2 before it has evaluated the checks (their oracles take it 0.5-0.75 s on the H200's
+phase 2 before it has evaluated the checks (their oracles take it 0.6-1.0 s on the H200's
 host) and puts ``stop_benchmark`` in the folder when a check failed: the rows not started yet
 are then skipped (``benchmark_stopped`` in the result).
 
