@@ -211,7 +211,6 @@ def _start_grader(command: list[str], workspace_root: os.PathLike[str], stdout_p
     Raises:
         InfrastructureFailure: it could not be started.
     """
-    environment = grader_environment(os.environ)
     with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
         try:
             return subprocess.Popen(  # noqa: S603 - argv list, no shell
@@ -220,7 +219,7 @@ def _start_grader(command: list[str], workspace_root: os.PathLike[str], stdout_p
                 stdout=stdout,
                 stderr=stderr,
                 cwd=workspace_root,
-                env=environment,
+                env=grader_environment(os.environ),
                 start_new_session=True,
                 preexec_fn=_SET_PARENT_DEATH_SIGNAL,  # noqa: PLW1509 - async-signal-safe call only
             )
