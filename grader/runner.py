@@ -22,6 +22,7 @@ import torch
 from safetensors.torch import save_file
 
 from grader.assignments import Assignment, get_assignment
+from grader.bwrap import sandbox_label
 from grader.contract import (
     SCHEMA_VERSION,
     BenchmarkResult,
@@ -42,7 +43,7 @@ from grader.evidence import (
 )
 from grader.harness.protocol import BenchmarkRowSpec
 from grader.plan import CallEvidence, CheckEvidence, Plan
-from grader.sandbox import ChildOutcome, SandboxUnavailable, bwrap_version, run_sandboxed, stage_harness
+from grader.sandbox import ChildOutcome, SandboxUnavailable, run_sandboxed, stage_harness
 from grader.settings import GraderSettings
 from grader.source_validation import SourceRejected, validate_source
 from grader.version import grader_version, package_version
@@ -65,13 +66,13 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def _environment_versions(device: str) -> dict[str, str | None]:
+def _environment_versions(device: str, settings: GraderSettings) -> dict[str, str | None]:
     versions = {
         "python": platform.python_version(),
         "torch": torch.__version__,
         "triton": package_version("triton"),
         "grader": grader_version(),
-        "bubblewrap": bwrap_version(),
+        "bubblewrap": sandbox_label(settings),
     }
     if device == "cuda":
         versions["cuda"] = torch.version.cuda
@@ -80,12 +81,6 @@ def _environment_versions(device: str) -> dict[str, str | None]:
 
 def _device_name(device: str) -> str:
     return torch.cuda.get_device_name() if device == "cuda" else "cpu (Triton interpreter)"
-
-
-def _sandbox_label(settings: GraderSettings) -> str:
-    if settings.sandbox == "bwrap":
-        return bwrap_version() or "bubblewrap (missing)"
-    return "none (unsafe: GRADER_SANDBOX=unsafe-none)"
 
 
 def _rejected_document(document: ResultDocument, exc: SourceRejected) -> ResultDocument:
@@ -700,8 +695,8 @@ def _grade_source(source: str | bytes, *, assignment: str, device: str, seed: in
     document = ResultDocument(
         schema=SCHEMA_VERSION, assignment=assignment, verdict=Verdict.ERROR,
         error=GradingError(kind=ErrorKind.INFRASTRUCTURE, message="not graded yet"),
-        device=_device_name(device), versions=_environment_versions(device), seed=seed,
-        sandbox=_sandbox_label(settings),
+        device=_device_name(device), versions=_environment_versions(device, settings), seed=seed,
+        sandbox=sandbox_label(settings),
     )
     try:
         source = validate_source(source, spec.manifest)

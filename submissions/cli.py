@@ -49,11 +49,17 @@ def worker(argv: list[str]) -> int:
     _configure_logging()
 
     from submissions.db import create_session_factory, engine_from_settings
+    from submissions.grading import grading_sandbox_problem
     from submissions.migrations import schema_is_current, upgrade_to_head
     from submissions.settings import get_settings
     from submissions.worker import Worker
 
     settings = get_settings()
+    problem = grading_sandbox_problem(settings)
+    if problem is not None:
+        logger.error("grader worker not started: every grading would end as an infrastructure "
+                     "error. %s", problem)
+        return EXIT_ERROR
     if args.migrate:
         upgrade_to_head(database_url=settings.database_url)
     engine = engine_from_settings(settings)

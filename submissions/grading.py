@@ -505,3 +505,22 @@ def _outcome_from_document(
         log_truncated=log.truncated,
         grader_stderr=grader_stderr,
     )
+
+
+def grading_sandbox_problem(settings: Settings) -> str | None:
+    """Why the grader this worker runs could not sandbox any submission (no working bwrap,
+    with the fix; grader/bwrap.py), or None.
+
+    Checked at a worker's start-up, without torch (a few ms), so that a worker never claims
+    jobs whose gradings can only end in an infrastructure error. Only for the default
+    ``grade_command`` (this installation's ``grader check``): another command is its own
+    judge. The grader's settings (GRADER_SANDBOX, GRADER_BWRAP) reach the grader unchanged
+    (``grader_environment``), so this process reads the same ones.
+    """
+    from submissions.settings import default_grade_command
+
+    if list(settings.grade_command) != default_grade_command():
+        return None
+    from grader.bwrap import sandbox_problem
+
+    return sandbox_problem()

@@ -31,6 +31,7 @@ from grader.assignments import Assignment, get_assignment
 from grader.benchmark.children import cached_peers
 from grader.benchmark.options import BenchmarkOptions, benchmark_rows
 from grader.benchmark.score import assemble
+from grader.bwrap import sandbox_label
 from grader.harness.protocol import Recording
 
 __all__ = ["BenchmarkOptions", "NoGPU", "benchmark_file", "finish", "plan_rows", "replay_phase"]
@@ -111,7 +112,7 @@ def finish(assignment: Assignment, *, rows: list[dict], replay, unreplayable: di
             global_flags.append(f"the replay timer failed: {replay.error}")
         if replay.result.get("benchmark_error"):
             global_flags.append(str(replay.result["benchmark_error"]))
-    sandbox = "none (unsafe: GRADER_SANDBOX=unsafe-none)" if settings.sandbox != "bwrap" else "bubblewrap"
+    sandbox = sandbox_label(settings)
     result = assemble(spec=assignment.benchmark, student_rows=student_rows, peers_doc=peers, rows=rows,
                       options=options, global_flags=global_flags, sandbox=sandbox, student_info=info)
     result["peers_cached_from"] = peers.get("cached_from")

@@ -10,6 +10,9 @@ from collections.abc import Iterator
 import pytest
 from grading_support import Gradings
 
+from grader.bwrap import sandbox_problem
+from grader.settings import GraderSettings
+
 
 @pytest.fixture(scope="session")
 def gradings() -> Iterator[Gradings]:
@@ -17,3 +20,12 @@ def gradings() -> Iterator[Gradings]:
     pool = Gradings()
     yield pool
     pool.close()
+
+
+@pytest.fixture(scope="session")
+def working_sandbox() -> None:
+    """Fails (never skips) the tests that need bubblewrap where none works, with the reason
+    and the fix (grader/bwrap.py)."""
+    problem = sandbox_problem(GraderSettings(sandbox="bwrap"))
+    if problem is not None:
+        pytest.fail(problem)

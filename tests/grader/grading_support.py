@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import json
 import re
-import shutil
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -27,7 +26,10 @@ REFERENCE = TESTS_DIR.parent / "grader" / "assignments" / "softmax_backward" / "
 GRADING_WORKERS = 2  # the CI machine has 2 cores; every grading is one child process
 GRADING_TIMEOUT_S = 900  # a hung grading fails its test instead of hanging the session
 
-requires_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
+#: For tests that run a sandboxed child: they fail at once, with the reason and the fix, where no
+#: bwrap works (tests/grader/conftest.py ``working_sandbox``); never skipped, since the grader
+#: extra brings bubblewrap's wheel.
+requires_bwrap = pytest.mark.usefixtures("working_sandbox")
 
 
 def settings(**overrides) -> GraderSettings:

@@ -14,6 +14,7 @@ from grading_support import REFERENCE, requires_bwrap
 from pydantic import ValidationError
 
 from grader import evidence, runner, sandbox
+from grader.bwrap import Bubblewrap
 from grader.contract import ErrorKind, ExitCode, GradeJob, ResultDocument
 from grader.harness.protocol import CallReport
 from grader.sandbox import CapturedLog, ChildOutcome
@@ -205,7 +206,7 @@ def test_driver_symlinks_are_recreated_not_bound(tmp_path, monkeypatch):
     link = tmp_path / "cuda"
     link.symlink_to(target)
     monkeypatch.setattr(sandbox, "_GPU_PATHS", (str(link),))
-    monkeypatch.setattr(sandbox.shutil, "which", lambda name: "/usr/bin/bwrap")
+    monkeypatch.setattr(sandbox, "resolve_bwrap", lambda settings: Bubblewrap("/usr/bin/bwrap", "bubblewrap 0.8.0", "system"))
     monkeypatch.setattr(sandbox.os, "listdir", lambda path: [] if path == "/dev" else os.listdir(path))
     command = sandbox._bwrap_command(
         python="/usr/bin/python3", harness=tmp_path / "harness" / "check_child.py", workdir=tmp_path, device="cuda",

@@ -3,8 +3,8 @@ loopback, and `make serve HOST=... PORT=...`."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -53,7 +53,44 @@ def test_grader_serve_prints_the_warning_before_it_starts(tmp_path) -> None:
     assert text.index("WARNING: development mode") < text.index("Uvicorn running")
 
 
-@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_grader_serve_starts_no_worker_without_a_working_sandbox(tmp_path) -> None:
+    """No working bwrap (GRADER_BWRAP names a failing one): `grader serve` says so with the
+    fix and serves without its embedded worker; `grader worker` refuses to start, before it
+    opens the database."""
+    import os
+    import sys
+
+    from ..helpers import wait_until
+
+    broken = tmp_path / "bwrap"
+    broken.write_text("#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRADER_")}
+    env |= {"PYTHONPATH": str(REPO), "GRADER_DATABASE_URL": f"sqlite:///{tmp_path}/grader.db",
+            "GRADER_BWRAP": str(broken)}
+    log = tmp_path / "serve.log"
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "grader", "serve", "--port", "19997"], cwd=tmp_path, env=env,
+            stdout=output, stderr=output)
+    try:
+        wait_until(lambda: "Uvicorn running" in log.read_text() or process.poll() is not None,
+                   timeout=60, message="grader serve to start")
+        time.sleep(1.5)  # the supervisor would have spawned a worker by now
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    text = log.read_text()
+    assert "no embedded worker started" in text and "setting up uid map: Permission denied" in text, text
+    assert "Fix:" in text and "starting embedded worker" not in text, text
+
+    env["GRADER_DATABASE_URL"] = "postgresql+psycopg://nobody@127.0.0.1:1/none"  # never reached
+    done = subprocess.run([sys.executable, "-m", "grader", "worker"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "grader worker not started" in done.stderr and "setting up uid map" in done.stderr, done.stderr
+
+
 def test_make_serve_takes_host_and_port() -> None:
     default = subprocess.run(["make", "-n", "serve"], cwd=REPO, capture_output=True, text=True,
                              check=True).stdout

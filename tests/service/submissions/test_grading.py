@@ -191,3 +191,24 @@ def test_environment_filter_keeps_ordinary_variables() -> None:
                               "MY_API_KEY": "k", "CUDA_VISIBLE_DEVICES": "0"})
     assert env["PATH"] == "/bin" and env["CUDA_VISIBLE_DEVICES"] == "0"
     assert "GRADER_LEASE_S" not in env and "MY_API_KEY" not in env
+
+
+def test_a_worker_that_runs_the_real_grader_knows_at_once_when_no_bwrap_works(tmp_path, monkeypatch) -> None:
+    """grading_sandbox_problem: the worker's start-up check (no torch), for the default
+    `grader check` only; another grade command is its own judge."""
+    from grader import bwrap
+    from submissions.grading import grading_sandbox_problem
+    from submissions.settings import default_grade_command
+
+    broken = tmp_path / "bwrap"
+    broken.write_text("#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    real = make_settings(f"sqlite:///{tmp_path}/g.db", grade_command=default_grade_command())
+    bwrap._resolve.cache_clear()
+    assert grading_sandbox_problem(real) is None  # this machine's bwrap (or the wheel's) works
+    monkeypatch.setenv("GRADER_BWRAP", str(broken))
+    problem = grading_sandbox_problem(real)
+    assert problem is not None and "setting up uid map: Permission denied" in problem and "Fix:" in problem
+    assert grading_sandbox_problem(make_settings(f"sqlite:///{tmp_path}/g.db")) is None  # the fake grader
+    monkeypatch.setenv("GRADER_SANDBOX", "unsafe-none")
+    assert grading_sandbox_problem(real) is None
