@@ -9,10 +9,10 @@ headless Chromium driven through Playwright.
   process with its worker keeps these tests light on two shared cores.
 - The browser: Debian's chromium (`apt-get install chromium`; Playwright's own browser
   download is not used), one for the browser tests, a fresh context (cookies) per test.
-- axe-core from tests/pages/node_modules (`npm ci` in tests/pages; .ci/run does it).
+- axe-core from tests/pages/node_modules (`npm ci` in tests/pages).
 
-Without chromium or axe-core the tests are skipped with the reason, except in CI (``CI`` set),
-where that is a failure.
+`make test` installs both (scripts/test_setup.sh); without either the tests fail with the
+reason and the fix, never skip.
 """
 
 from __future__ import annotations
@@ -46,9 +46,7 @@ PORTS = range(21000, 22000)
 
 
 def _missing(what: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(f"{what} (CI installs it: .ci/run)")
-    pytest.skip(what)
+    pytest.fail(f"{what}; `make test` installs it (scripts/test_setup.sh)")
 
 
 def _free_port() -> int:

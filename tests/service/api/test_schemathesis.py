@@ -10,20 +10,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-schemathesis = pytest.importorskip("schemathesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from schemathesis.specs.openapi.checks import (  # noqa: E402
+import schemathesis  # the dev extra
+from hypothesis import HealthCheck, given, settings
+from schemathesis.specs.openapi.checks import (
     negative_data_rejection,
     positive_data_acceptance,
 )
-from sqlalchemy import create_engine  # noqa: E402
-from sqlalchemy.orm import Session  # noqa: E402
+from sqlalchemy import create_engine
+from sqlalchemy.orm import Session
 
-from api.main import create_app  # noqa: E402
-from submissions.migrations import upgrade_to_head  # noqa: E402
+from api.main import create_app
+from submissions.migrations import upgrade_to_head
 
-from ..helpers import (  # noqa: E402
+from ..helpers import (
     INSTRUCTOR_TOKEN,
     grade_next,
     instructor_headers,
