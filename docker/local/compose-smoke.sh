@@ -184,6 +184,12 @@ if ! grep -q '^pids:' <<<"$sandbox_out" || grep -q '^bwrap:' <<<"$sandbox_out" \
         || ! grep -qE 'gaierror|Temporary failure in name resolution|Network is unreachable' <<<"$sandbox_out"; then
     log "the sandbox check did not show bwrap running without network"; exit 1
 fi
+# Which bwrap the grader itself picks (docs/deployment.md, "Which bwrap"): the image's, by name.
+sandbox_used="$("${compose[@]}" exec -T worker grader sandbox < /dev/null 2>&1)" || true
+log "in the worker: $sandbox_used"
+if ! grep -qE '^sandbox: bubblewrap [0-9.]+ \(GRADER_BWRAP\), /usr/bin/bwrap: passed its probe$' <<<"$sandbox_used"; then
+    log "grader sandbox did not name the image's bwrap"; exit 1
+fi
 
 phase "student + graded upload"
 student_token="$("${compose[@]}" exec -T api grader students add "smoke-$(date -u +%Y%m%d%H%M%S)" < /dev/null | head -n 1)"

@@ -103,7 +103,7 @@ _WITHOUT_TORCH = textwrap.dedent(
 
 
 #: The grader commands docs/deployment.md runs inside the API container.
-GUIDE_COMMANDS = {"grader students add", "grader students import", "grader staff add"}
+GUIDE_COMMANDS = {"grader students add", "grader students import", "grader staff add", "grader sandbox"}
 
 
 @pytest.mark.parametrize("argv", [["serve", "--help"], ["worker", "--help"],
