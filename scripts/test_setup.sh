@@ -34,7 +34,10 @@ for line in "${APT_NEEDS[@]}"; do
 done
 if [ "${#missing[@]}" -gt 0 ]; then
     command="apt-get update && apt-get install -y --no-install-recommends ${missing[*]}"
-    if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    if ! command -v apt-get >/dev/null 2>&1; then
+        stop "missing: ${missing[*]} (Debian's package names) and no apt-get here; install them with this system's package manager"
+    fi
+    if [ "$(id -u)" -ne 0 ]; then
         stop "missing Debian packages: ${missing[*]}; as root run: sudo sh -c '$command'"
     fi
     say "installing ${missing[*]} (apt-get, as root)"
