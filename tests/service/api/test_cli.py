@@ -3,6 +3,7 @@ loopback, and `make serve HOST=... PORT=...`."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -53,6 +54,12 @@ def test_grader_serve_prints_the_warning_before_it_starts(tmp_path) -> None:
     assert text.index("WARNING: development mode") < text.index("Uvicorn running")
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def test_grader_serve_starts_no_worker_without_a_working_sandbox(tmp_path) -> None:
     """No working bwrap (GRADER_BWRAP names a failing one): `grader serve` says so with the
     fix and serves without its embedded worker; `grader worker` refuses to start, before it
@@ -71,7 +78,7 @@ def test_grader_serve_starts_no_worker_without_a_working_sandbox(tmp_path) -> No
     log = tmp_path / "serve.log"
     with log.open("wb") as output:
         process = subprocess.Popen(
-            [sys.executable, "-m", "grader", "serve", "--port", "19997"], cwd=tmp_path, env=env,
+            [sys.executable, "-m", "grader", "serve", "--port", str(_free_port())], cwd=tmp_path, env=env,
             stdout=output, stderr=output)
     try:
         wait_until(lambda: "Uvicorn running" in log.read_text() or process.poll() is not None,
