@@ -35,19 +35,26 @@ class EmbeddedWorkers:
     block the web server's event loop; each child gets SIGTERM if `serve` dies.
     """
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, placements: list | None = None) -> None:
         self.count = count
+        #: submissions.placement.WorkerPlacement of each worker (its GPU and host cores).
+        self.placements = placements or [None] * count
         self.processes: list[subprocess.Popen[bytes] | None] = [None] * count
         self._stopping = threading.Event()
         self._supervisor = threading.Thread(target=self._supervise, name="worker-supervisor",
                                             daemon=True)
 
-    @staticmethod
-    def _spawn(index: int) -> subprocess.Popen[bytes]:
+    def _spawn(self, index: int) -> subprocess.Popen[bytes]:
         from submissions.grading import parent_death_signal_setter
+        from submissions.placement import format_cpu_list
 
         command = [sys.executable, "-m", "submissions.cli", "worker"]
-        logger.info("starting embedded worker %d", index)
+        placement = self.placements[index]
+        if placement is not None and placement.gpu is not None:
+            command += ["--gpu", placement.gpu]
+        if placement is not None and placement.cpus is not None:
+            command += ["--cpus", format_cpu_list(placement.cpus)]
+        logger.info("starting embedded worker %d%s", index, f" ({' '.join(command[4:])})" if command[4:] else "")
         return subprocess.Popen(  # noqa: S603
             command, stdin=subprocess.DEVNULL,
             preexec_fn=parent_death_signal_setter(signal.SIGTERM),  # noqa: PLW1509
@@ -145,6 +152,9 @@ def serve(argv: list[str]) -> int:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--workers-embedded", type=int, default=1, metavar="N",
                         help="worker processes to run beside the API (default 1; 0 for none)")
+    parser.add_argument("--gpus", metavar="LIST",
+                        help="one GPU per embedded worker (nvidia-smi indices or UUIDs, e.g. 0,1); "
+                             "each worker also gets a disjoint share of the host cores")
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
     _configure_logging()
@@ -165,7 +175,15 @@ def serve(argv: list[str]) -> int:
             settings.instructor_token.get_secret_value() == "changeme":
         logger.info("development mode: the instructor token is 'changeme' "
                     "(set GRADER_INSTRUCTOR_TOKEN to change it)")
-    workers = EmbeddedWorkers(_embedded_worker_count(args.workers_embedded, settings))
+    from submissions.placement import embedded_placements
+
+    try:
+        gpus = [gpu.strip() for gpu in args.gpus.split(",")] if args.gpus else None
+        placements = embedded_placements(args.workers_embedded, gpus)
+    except ValueError as exc:
+        parser.error(str(exc))
+    count = _embedded_worker_count(args.workers_embedded, settings)
+    workers = EmbeddedWorkers(count, placements[:count])
     received: list[int] = []
 
     def _remember_signal(signum: int, _frame: Any) -> None:

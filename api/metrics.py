@@ -71,6 +71,31 @@ class SubmissionsCollector(Collector):
             "grader_workers_alive", "Workers with a recent heartbeat",
             value=sum(1 for h in heartbeats if h.last_seen_at >= cutoff),
         )
+        by_gpu = GaugeMetricFamily(
+            "grader_workers_alive_by_gpu", "Workers with a recent heartbeat, by GPU model ('none': CPU)",
+            labels=["gpu"],
+        )
+        models: dict[str, int] = {}
+        for h in heartbeats:
+            if h.last_seen_at >= cutoff:
+                model = (h.gpu or "none").split(",")[0]
+                models[model] = models.get(model, 0) + 1
+        for model, count in sorted(models.items()):
+            by_gpu.add_metric([model], count)
+        yield by_gpu
+        fleet_jobs = GaugeMetricFamily(
+            "grader_fleet_jobs", "Worker jobs of each fleet controller on its scheduler, at its last tick",
+            labels=["fleet", "scheduler", "state"],
+        )
+        fleet_max = GaugeMetricFamily(
+            "grader_fleet_max_jobs", "The most worker jobs each fleet controller may run", labels=["fleet", "scheduler"],
+        )
+        for controller in repository.list_fleet_controllers(session):
+            fleet_jobs.add_metric([controller.name, controller.scheduler, "pending"], controller.pending_jobs)
+            fleet_jobs.add_metric([controller.name, controller.scheduler, "running"], controller.running_jobs)
+            fleet_max.add_metric([controller.name, controller.scheduler], controller.max_jobs)
+        yield fleet_jobs
+        yield fleet_max
 
 
 def build_registry(session: Session, *, worker_stale_after_s: float) -> CollectorRegistry:

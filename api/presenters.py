@@ -52,10 +52,15 @@ def score_read(policy: PointsPolicy, value: Score | None) -> ScoreRead | None:
 
 def without_seed(document: dict[str, Any] | None) -> dict[str, Any] | None:
     """A result document as a student may read it: every ``seed`` key removed (the grading
-    seed, and a final run's secret seed, are never shown to students)."""
+    seed, and a final run's secret seed, are never shown to students), and the grading host's
+    name and cores (``placement.host``, ``placement.cpus``: the course's machines, not the
+    student's business); the GPU's model and clocks stay."""
     if document is None:
         return None
-    return {key: value for key, value in document.items() if key != "seed"}
+    shown = {key: value for key, value in document.items() if key != "seed"}
+    if isinstance(shown.get("placement"), dict):
+        shown["placement"] = {key: value for key, value in shown["placement"].items() if key not in ("host", "cpus")}
+    return shown
 
 
 def check_read(check: CheckVerdict) -> CheckVerdictRead:

@@ -516,6 +516,23 @@ class WorkerHealth(BaseModel):
     last_seen_at: dt.datetime
     alive: bool
     current_submission_id: int | None
+    gpu: str | None = Field(None, description="the worker's GPU (model, nvidia-smi index, UUID)")
+    cpus: str | None = Field(None, description="the host cores it is bound to (a CPU list)")
+    launcher: str | None = Field(None, description="what started it: `slurm job N`, `kubernetes pod P`")
+
+
+class FleetHealth(BaseModel):
+    """The last tick of one fleet controller (`grader fleet slurm`)."""
+
+    name: str
+    scheduler: str
+    max_jobs: int
+    pending_jobs: int
+    running_jobs: int
+    queue_depth: int = Field(description="queued gradings when the controller last looked")
+    submitted_total: int
+    last_error: str | None
+    last_tick_at: dt.datetime
 
 
 class Health(BaseModel):
@@ -523,3 +540,4 @@ class Health(BaseModel):
     database: str
     queue_depth: int | None
     workers: list[WorkerHealth]
+    fleets: list[FleetHealth] = Field(default_factory=list)

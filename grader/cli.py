@@ -35,6 +35,8 @@ COMMAND_MODULES = {
     "students": ("submissions.cli", "students", "manage students in the database: add, list, "
                  "import a roster, rotate a token"),
     "staff": ("submissions.cli", "staff", "manage instructor and TA accounts in the database"),
+    "fleet": ("submissions.fleet.cli", "main", "grading workers on a cluster scheduler: SLURM jobs matched "
+              "to the queue, Kubernetes manifests"),
 }
 #: Which extra of `pip install kernel-grader[...]` provides a missing top-level module.
 EXTRA_FOR_MODULE = {

@@ -202,6 +202,58 @@ class BenchmarkResult(BaseModel):
     error: str | None = None
 
 
+class GpuClocks(_Document):
+    """One reading of a GPU's state (nvidia-smi), taken when a grading starts and when it ends,
+    so that a figure measured at low clocks or a hot card can be told apart afterwards.
+
+    Attributes:
+        sm_mhz: streaming-multiprocessor clock, MHz.
+        memory_mhz: memory clock, MHz.
+        temperature_c: GPU temperature, degrees Celsius.
+        power_w: board power draw, watts.
+    """
+
+    sm_mhz: int | None = None
+    memory_mhz: int | None = None
+    temperature_c: int | None = None
+    power_w: float | None = None
+
+
+class GpuIdentity(_Document):
+    """Which physical GPU graded a submission (nvidia-smi's numbering and identity).
+
+    Attributes:
+        name: the model, e.g. ``NVIDIA H200``; boards compare timings of one model only.
+        index: nvidia-smi's index of the card on its host (not the process's ``cuda:0``).
+        uuid: the card's UUID (``GPU-...``), stable across reboots and index changes.
+        pci_bus_id: the card's PCI address on its host.
+        driver: the driver version.
+        clocks_start, clocks_end: readings when the grading started and ended.
+    """
+
+    name: str = Field(max_length=200)
+    index: int | None = None
+    uuid: str | None = Field(None, max_length=100)
+    pci_bus_id: str | None = Field(None, max_length=100)
+    driver: str | None = Field(None, max_length=100)
+    clocks_start: GpuClocks | None = None
+    clocks_end: GpuClocks | None = None
+
+
+class Placement(_Document):
+    """Where a grading ran: the host, the host cores its processes were bound to, the GPU.
+
+    Attributes:
+        host: the host name of the machine that graded (left out of what students read).
+        cpus: the host cores (Linux CPU numbers) the grader and its children could run on.
+        gpu: the GPU, when the grading used one.
+    """
+
+    host: str | None = Field(None, max_length=255)
+    cpus: list[int] = Field(default_factory=list)
+    gpu: GpuIdentity | None = None
+
+
 class ResultDocument(_Document):
     """The whole outcome of one ``grader check`` run (docs/architecture.md).
 
@@ -225,6 +277,8 @@ class ResultDocument(_Document):
     duration_s: float = 0.0
     timings_s: dict[str, float] = Field(default_factory=dict)
     limits: dict[str, Any] | None = None
+    #: The host, host cores and GPU that graded (grader/placement.py).
+    placement: Placement | None = None
     log: CapturedLog = Field(default_factory=CapturedLog)
     #: Things the student should know about how the run went that are not check verdicts
     #: (e.g. an autotuner narrowed to its first config under the CPU interpreter).

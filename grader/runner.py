@@ -42,6 +42,7 @@ from grader.evidence import (
     read_evidence,
 )
 from grader.harness.protocol import BenchmarkRowSpec
+from grader.placement import finish_placement, start_placement
 from grader.plan import CallEvidence, CheckEvidence, Plan
 from grader.sandbox import ChildOutcome, SandboxUnavailable, run_sandboxed, stage_harness
 from grader.settings import GraderSettings
@@ -696,7 +697,7 @@ def _grade_source(source: str | bytes, *, assignment: str, device: str, seed: in
         schema=SCHEMA_VERSION, assignment=assignment, verdict=Verdict.ERROR,
         error=GradingError(kind=ErrorKind.INFRASTRUCTURE, message="not graded yet"),
         device=_device_name(device), versions=_environment_versions(device, settings), seed=seed,
-        sandbox=sandbox_label(settings),
+        sandbox=sandbox_label(settings), placement=start_placement(device, fallback_name=_device_name(device)),
     )
     try:
         source = validate_source(source, spec.manifest)
@@ -738,8 +739,10 @@ def _grade_source(source: str | bytes, *, assignment: str, device: str, seed: in
             timings["benchmark"] = time.monotonic() - bench_started + timings.get("replay", 0.0)
     finally:
         shutil.rmtree(grading_dir, ignore_errors=True)
+    placement = finish_placement(document.placement) if document.placement is not None else None
     return ResultDocument.model_validate(
-        {**document.model_dump(by_alias=True), "timings_s": timings, "duration_s": time.monotonic() - started})
+        {**document.model_dump(by_alias=True), "timings_s": timings, "duration_s": time.monotonic() - started,
+         "placement": placement.model_dump() if placement is not None else None})
 
 
 def grade_file(path: Path, **options) -> ResultDocument:

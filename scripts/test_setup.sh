@@ -18,6 +18,10 @@ APT_NEEDS=(
     "apparmor apparmor_parser tests/docker (parses the worker's AppArmor profile)"
     "npm npm tests/pages (npm ci brings axe-core)"
     "openssl openssl tests/docker (the deployment's secrets)"
+    "munge munged tests/service/submissions/test_fleet_slurm.py (the one-node SLURM cluster's authentication)"
+    "slurmctld slurmctld tests/service/submissions/test_fleet_slurm.py (its controller)"
+    "slurmd slurmd tests/service/submissions/test_fleet_slurm.py (its node)"
+    "slurm-client sbatch tests/service/submissions/test_fleet_slurm.py (sbatch, squeue, scancel)"
 )
 
 installed() {

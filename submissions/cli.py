@@ -45,12 +45,21 @@ def worker(argv: list[str]) -> int:
                         help="run the migrations first (normally `grader serve` does)")
     parser.add_argument("--schema-wait-s", type=float, default=60.0,
                         help="how long to wait for the schema to be migrated")
+    parser.add_argument("--gpu", metavar="INDEX|UUID",
+                        help="grade on this GPU only (nvidia-smi's index or GPU-... UUID; "
+                             "GRADER_WORKER_GPU)")
+    parser.add_argument("--cpus", metavar="LIST",
+                        help="bind the worker and its graders to these host cores, e.g. 0-7 "
+                             "(GRADER_WORKER_CPUS)")
+    parser.add_argument("--idle-exit-s", type=float, metavar="S",
+                        help="exit after S seconds without a job (GRADER_WORKER_IDLE_EXIT_S)")
     args = parser.parse_args(argv)
     _configure_logging()
 
     from submissions.db import create_session_factory, engine_from_settings
     from submissions.grading import grading_sandbox_problem
     from submissions.migrations import schema_is_current, upgrade_to_head
+    from submissions.placement import WorkerPlacement, parse_cpu_list
     from submissions.settings import get_settings
     from submissions.worker import Worker
 
@@ -60,6 +69,20 @@ def worker(argv: list[str]) -> int:
         logger.error("grader worker not started: every grading would end as an infrastructure "
                      "error. %s", problem)
         return EXIT_ERROR
+    overrides = {name: value for name, value in (("worker_gpu", args.gpu), ("worker_cpus", args.cpus),
+                                                  ("worker_idle_exit_s", args.idle_exit_s)) if value is not None}
+    if overrides:
+        settings = type(settings).model_validate({**settings.model_dump(), **overrides})
+    placement = WorkerPlacement(gpu=settings.worker_gpu,
+                                cpus=parse_cpu_list(settings.worker_cpus) if settings.worker_cpus else None)
+    try:
+        placement.apply()
+    except OSError as exc:
+        logger.error("cannot bind the worker to host cores %s: %s", settings.worker_cpus, exc)
+        return EXIT_ERROR
+    if placement.gpu is not None or placement.cpus is not None:
+        logger.info("worker bound to GPU %s, host cores %s", placement.gpu or "(default)",
+                    settings.worker_cpus or "(inherited)")
     if args.migrate:
         upgrade_to_head(database_url=settings.database_url)
     engine = engine_from_settings(settings)

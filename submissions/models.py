@@ -443,6 +443,29 @@ class WorkerHeartbeat(Base):
     started_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
     last_seen_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
     current_submission_id: Mapped[int | None] = mapped_column(Integer)
+    #: The worker's GPU (model, nvidia-smi index, UUID), its host cores (a CPU list) and what
+    #: started it (``slurm job 123``, ``kubernetes pod ...``); None where not known.
+    gpu: Mapped[str | None] = mapped_column(String(300))
+    cpus: Mapped[str | None] = mapped_column(String(1000))
+    launcher: Mapped[str | None] = mapped_column(String(200))
+
+
+class FleetController(Base):
+    """The last state a fleet controller (`grader fleet slurm`) saw and acted on: the jobs it
+    had pending and running on its scheduler, the queue depth it read, how many jobs it has
+    submitted, and its last error. One row per controller name, rewritten on every tick."""
+
+    __tablename__ = "fleet_controllers"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    scheduler: Mapped[str] = mapped_column(String(20))
+    max_jobs: Mapped[int] = mapped_column(Integer)
+    pending_jobs: Mapped[int] = mapped_column(Integer)
+    running_jobs: Mapped[int] = mapped_column(Integer)
+    queue_depth: Mapped[int] = mapped_column(Integer)
+    submitted_total: Mapped[int] = mapped_column(Integer)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    last_tick_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
 
 
 class IdempotencyKey(Base):

@@ -130,6 +130,16 @@ class Settings(BaseSettings):
     record_retry_max_s: float = Field(
         10.0, gt=0, description="cap on the backoff between two tries to store a result"
     )
+    # Where a worker runs (submissions/placement.py) and how long it lives.
+    worker_gpu: str | None = Field(
+        None, max_length=100, description="the worker's GPU: an nvidia-smi index or a GPU-... UUID "
+        "(sets CUDA_VISIBLE_DEVICES for its graders); default: the host's default GPU")
+    worker_cpus: str | None = Field(
+        None, max_length=1000, description="host cores of the worker and its graders, as a CPU "
+        "list (0-7,16-23); default: every core the worker inherits")
+    worker_idle_exit_s: float | None = Field(
+        None, gt=0, description="the worker exits after this many seconds without a job (fleet "
+        "jobs on a cluster scheduler); default: it waits for jobs until stopped")
 
     # How a worker runs the grader.
     grade_command: Annotated[list[str], NoDecode] = Field(default_factory=default_grade_command)
@@ -158,6 +168,15 @@ class Settings(BaseSettings):
     def _secret_as_text(cls, value: object) -> object:
         """An integer seed is accepted and used as its decimal text."""
         return str(value) if isinstance(value, int) else value
+
+    @field_validator("worker_cpus")
+    @classmethod
+    def _cpu_list(cls, value: str | None) -> str | None:
+        if value is not None:
+            from submissions.placement import parse_cpu_list
+
+            parse_cpu_list(value)  # ValueError: a validation error naming GRADER_WORKER_CPUS
+        return value
 
     @field_validator("grade_command")
     @classmethod

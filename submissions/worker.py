@@ -35,6 +35,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from submissions import repository
 from submissions.grading import GradingCancelled, InfrastructureFailure, WarmGrader, run_grader
 from submissions.models import utc_now
+from submissions.placement import describe_gpu, describe_launcher, format_cpu_list
 from submissions.repository import ClaimedJob, FinishedGradingWrite
 from submissions.service import derive_grading_seed
 from submissions.settings import Settings
@@ -109,14 +110,22 @@ class Worker:
         try:
             self.flush_spool()
             self._prepare_warm_grader()
+            idle_since = time.monotonic()
             while not self._stop.is_set():
                 try:
                     processed = self.process_next_job()
                 except SQLAlchemyError:
                     logger.exception("worker %s: database error; retrying", self.worker_id)
                     processed = False
-                if not processed:
-                    self._stop.wait(self.settings.poll_interval_s)
+                if processed:
+                    idle_since = time.monotonic()
+                    continue
+                idle_exit_s = self.settings.worker_idle_exit_s
+                if idle_exit_s is not None and time.monotonic() - idle_since >= idle_exit_s:
+                    logger.info("worker %s: no job for %.0f s; exiting (GRADER_WORKER_IDLE_EXIT_S)",
+                                self.worker_id, idle_exit_s)
+                    break
+                self._stop.wait(self.settings.poll_interval_s)
         finally:
             self._stop.set()
             if self._warm is not None:
@@ -399,6 +408,10 @@ class Worker:
 
     def _heartbeat_loop(self) -> None:
         hostname = socket.gethostname()
+        gpu = describe_gpu(os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0] or None,
+                           device=self.settings.grader_device)
+        cpus = format_cpu_list(sorted(os.sched_getaffinity(0)))
+        launcher = describe_launcher(os.environ)
         while not self._stop.is_set():
             with self._lock:
                 current = self._current
@@ -428,6 +441,9 @@ class Worker:
                         started_at=self.started_at,
                         current_submission_id=current.job.submission_id if current else None,
                         now=now,
+                        gpu=gpu,
+                        cpus=cpus,
+                        launcher=launcher,
                     )
             except SQLAlchemyError:
                 logger.exception("worker %s: heartbeat failed", self.worker_id)

@@ -11,7 +11,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from api.deps import SessionDep, SettingsDep
 from api.metrics import build_registry
-from api.schemas import Health, WorkerHealth
+from api.schemas import FleetHealth, Health, WorkerHealth
 from submissions import repository
 from submissions.models import utc_now
 
@@ -31,6 +31,7 @@ def read_health(session: SessionDep, settings: SettingsDep) -> Health | JSONResp
         repository.ping(session)
         queue_depth = repository.count_queued_gradings(session)
         heartbeats = repository.list_worker_heartbeats(session)
+        controllers = repository.list_fleet_controllers(session)
     except SQLAlchemyError:
         session.rollback()
         health = Health(status="unavailable", database="unreachable", queue_depth=None, workers=[])
@@ -39,11 +40,13 @@ def read_health(session: SessionDep, settings: SettingsDep) -> Health | JSONResp
         WorkerHealth(
             worker_id=h.worker_id, hostname=h.hostname, last_seen_at=h.last_seen_at,
             alive=h.last_seen_at >= cutoff, current_submission_id=h.current_submission_id,
+            gpu=h.gpu, cpus=h.cpus, launcher=h.launcher,
         )
         for h in heartbeats
     ]
+    fleets = [FleetHealth.model_validate(c, from_attributes=True) for c in controllers]
     status = "ok" if any(w.alive for w in workers) else "degraded"
-    return Health(status=status, database="ok", queue_depth=queue_depth, workers=workers)
+    return Health(status=status, database="ok", queue_depth=queue_depth, workers=workers, fleets=fleets)
 
 
 @router.get("/metrics", response_class=Response)

@@ -105,3 +105,28 @@ def test_a_sigkilled_worker_is_dead_on_healthz_within_3_heartbeats(committed_db,
         if worker.poll() is None:
             worker.kill()
             worker.wait()
+
+
+def test_healthz_and_metrics_show_where_workers_run_and_the_fleet(client, db_session) -> None:
+    now = dt.datetime.now(dt.UTC)
+    repository.upsert_worker_heartbeat(
+        db_session, worker_id="slurm-41@node7", hostname="node7", pid=1, started_at=now, current_submission_id=None,
+        now=now, gpu="NVIDIA H200, index 1, GPU-0c5b", cpus="8-15", launcher="slurm job 41 (partition gpu)")
+    repository.upsert_worker_heartbeat(
+        db_session, worker_id="cpu", hostname="h", pid=2, started_at=now, current_submission_id=None, now=now)
+    repository.record_fleet_tick(db_session, name="h200-fleet", scheduler="slurm", max_jobs=4, pending_jobs=1,
+                                 running_jobs=2, queue_depth=3, submitted=2, error=None, now=now)
+    repository.record_fleet_tick(db_session, name="h200-fleet", scheduler="slurm", max_jobs=4, pending_jobs=0,
+                                 running_jobs=3, queue_depth=1, submitted=1, error="sbatch: timeout", now=now)
+    db_session.commit()
+    body = client.get("/healthz").json()
+    worker = next(w for w in body["workers"] if w["worker_id"] == "slurm-41@node7")
+    assert (worker["gpu"], worker["cpus"], worker["launcher"]) == (
+        "NVIDIA H200, index 1, GPU-0c5b", "8-15", "slurm job 41 (partition gpu)")
+    (fleet,) = body["fleets"]
+    assert (fleet["running_jobs"], fleet["pending_jobs"], fleet["submitted_total"], fleet["last_error"]) == (
+        3, 0, 3, "sbatch: timeout")
+    text = client.get("/metrics").text
+    assert 'grader_workers_alive_by_gpu{gpu="NVIDIA H200"} 1.0' in text
+    assert 'grader_workers_alive_by_gpu{gpu="none"} 1.0' in text
+    assert 'grader_fleet_jobs{fleet="h200-fleet",scheduler="slurm",state="running"} 3.0' in text
