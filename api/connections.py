@@ -1,0 +1,79 @@
+"""A deadline for a request's headers, in uvicorn's HTTP/1.1 connection (h11).
+
+uvicorn closes a keep-alive connection that stays silent for ``timeout_keep_alive`` after an
+answer, but a new connection, or one whose client has sent part of a request's headers, has
+no deadline at all: it is held for as long as the client likes. `header_deadline_protocol`
+gives uvicorn a protocol (its own `H11Protocol`, which `grader serve` uses in any case)
+that closes a connection whose next request's headers are not complete within
+``GRADER_API_HEADER_TIMEOUT_S`` of the connection opening or of the previous answer
+ending: with a 408 when part of them came (a client that is sending may read it), silently
+when nothing did. Header size is bounded by h11 (``h11_max_incomplete_event_size``, 16 KiB:
+400 beyond). The body's deadline is api/guard.py's.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from submissions.errors import RequestTimeout
+
+
+def _timeout_answer(timeout_s: float) -> bytes:
+    body = json.dumps({"error": {
+        "code": RequestTimeout.code, "timeout_s": timeout_s,
+        "message": f"the request headers did not arrive within {timeout_s:g} s"}}).encode()
+    return (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+            b"connection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n"
+            + body)
+
+
+def header_deadline_protocol(header_timeout_s: float) -> type[H11Protocol]:
+    """uvicorn's h11 protocol with a deadline of `header_timeout_s` seconds for every
+    request's headers (pass it as ``uvicorn.Config(http=...)``)."""
+
+    class HeaderDeadlineH11Protocol(H11Protocol):
+        _header_deadline: Any = None
+        _bytes_since_answer = 0
+
+        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm_header_deadline()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm_header_deadline()
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            self._bytes_since_answer += len(data)
+            super().data_received(data)
+            if self.conn.their_state is not h11.IDLE:  # the request's headers are complete
+                self._disarm_header_deadline()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+                self._bytes_since_answer = 0  # the next request may already be buffered
+                self._arm_header_deadline()
+
+        def _arm_header_deadline(self) -> None:
+            self._disarm_header_deadline()
+            self._header_deadline = self.loop.call_later(header_timeout_s, self._headers_late)
+
+        def _disarm_header_deadline(self) -> None:
+            if self._header_deadline is not None:
+                self._header_deadline.cancel()
+                self._header_deadline = None
+
+        def _headers_late(self) -> None:
+            self._header_deadline = None
+            if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+                return
+            if self._bytes_since_answer:
+                self.transport.write(_timeout_answer(header_timeout_s))
+            self.transport.close()
+
+    return HeaderDeadlineH11Protocol
