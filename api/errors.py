@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -18,7 +19,6 @@ from sqlalchemy.exc import DataError, DisconnectionError, InterfaceError, Operat
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
-from starlette.routing import Match
 
 from submissions.errors import DomainError
 
@@ -70,16 +70,27 @@ async def _validation_error(_request: Request, exc: RequestValidationError) -> J
     return error_response(422, "validation_error", "invalid request", errors=exc.errors())
 
 
-def allowed_methods(request: Request) -> list[str]:
-    """Every method some route serves at the request's path (HEAD with GET), sorted.
-    Starlette's own 405 names only the methods of the first route matching the path, so
-    a path served by two routes (``GET`` and ``POST /api/v1/students``) listed one."""
+def allowed_methods(request: Request) -> list[str] | None:
+    """Every method the OpenAPI document lists for the request's path (HEAD with GET),
+    sorted; None for a path it does not list. Starlette's own 405 names only the methods
+    of the first route that matches the path, so a path served by two routes
+    (``GET`` and ``POST /api/v1/students``) listed one (issue 24)."""
+    patterns = getattr(request.app.state, "allow_patterns", None)
+    if patterns is None:
+        patterns = [(path, re.compile("^" + re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(path)) + "$"),
+                     {method.upper() for method in operations})
+                    for path, operations in request.app.openapi().get("paths", {}).items()]
+        request.app.state.allow_patterns = patterns
+    path = request.url.path
     methods: set[str] = set()
-    for route in request.app.router.routes:
-        match, _child = route.matches({**request.scope, "method": "GET"})
-        route_methods = getattr(route, "methods", None)
-        if match != Match.NONE and route_methods:
-            methods |= set(route_methods)
+    for template, pattern, path_methods in patterns:
+        if template == path:  # a literal path (``/students/import``) beats ``/students/{id}``
+            methods = set(path_methods)
+            break
+        if pattern.match(path):
+            methods |= path_methods
+    if not methods:
+        return None
     if "GET" in methods:
         methods.add("HEAD")
     return sorted(methods)
@@ -90,8 +101,9 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResp
     code = {400: "body_malformed", 404: "not_found", 405: "method_not_allowed"}.get(
         exc.status_code, "http_error")
     headers = dict(exc.headers or {})
-    if exc.status_code == 405:
-        headers["Allow"] = ", ".join(allowed_methods(request))
+    allowed = allowed_methods(request) if exc.status_code == 405 else None
+    if allowed is not None:
+        headers["Allow"] = ", ".join(allowed)
     return error_response(exc.status_code, code, str(exc.detail), headers or None)
 
 
