@@ -21,6 +21,9 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from submissions.errors import RequestTimeout
 
+#: Seconds a connection is kept open, reading and dropping, after its 408 (see `_headers_late`).
+LINGER_S = 1.0
+
 
 def _timeout_answer(timeout_s: float) -> bytes:
     body = json.dumps({"error": {
@@ -38,6 +41,7 @@ def header_deadline_protocol(header_timeout_s: float) -> type[H11Protocol]:
     class HeaderDeadlineH11Protocol(H11Protocol):
         _header_deadline: Any = None
         _bytes_since_answer = 0
+        _timed_out = False
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -48,6 +52,8 @@ def header_deadline_protocol(header_timeout_s: float) -> type[H11Protocol]:
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
+            if self._timed_out:
+                return  # answered 408: what else arrives is read and dropped until the close
             self._bytes_since_answer += len(data)
             super().data_received(data)
             if self.conn.their_state is not h11.IDLE:  # the request's headers are complete
@@ -72,8 +78,16 @@ def header_deadline_protocol(header_timeout_s: float) -> type[H11Protocol]:
             self._header_deadline = None
             if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
                 return
-            if self._bytes_since_answer:
-                self.transport.write(_timeout_answer(header_timeout_s))
-            self.transport.close()
+            if not self._bytes_since_answer:
+                self.transport.close()
+                return
+            # A lingering close: the answer, then end of stream, then the connection is closed
+            # a second later. Closing at once with the client's bytes unread would reset the
+            # connection, and a reset can destroy the 408 before the client reads it.
+            self._timed_out = True
+            self.transport.write(_timeout_answer(header_timeout_s))
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+            self.loop.call_later(LINGER_S, self.transport.close)
 
     return HeaderDeadlineH11Protocol
