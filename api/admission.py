@@ -46,6 +46,9 @@ _LONG_POLL_PATH = re.compile(r"^/api/v1/submissions/[^/]+/?$")
 _HEALTH_PATHS = frozenset({"/healthz", "/metrics"})
 #: How long a health check waits for a place before its 503 (seconds), and how often it looks.
 HEALTH_WAIT_S, _HEALTH_POLL_S = 5.0, 0.01
+#: Health checks waiting at once; beyond, a check is refused at once (a flood of checks, which
+#: need no token, must not cost the event loop more than a bounded polling).
+HEALTH_MAX_WAITING = 32
 
 
 def classify(scope: dict[str, Any]) -> RequestClass:
@@ -79,6 +82,7 @@ class Admission:
     retry_after_s: int
     in_flight: dict[str, int] = field(default_factory=lambda: {"health": 0, "wait": 0, "api": 0})
     refused: int = 0
+    health_waiting: int = 0
 
     def _bound(self, kind: RequestClass) -> int:
         return {"health": self.max_health, "wait": self.max_waiting,
@@ -102,18 +106,27 @@ class Admission:
 
     async def enter_health(self) -> RequestClass | None:
         """Take a place for a health check: a ``health`` one, else a free ``api`` one, waiting
-        up to HEALTH_WAIT_S for either. Returns the class taken (give it back with `leave`),
-        or None after the wait (a refusal is counted)."""
+        up to HEALTH_WAIT_S for either (at most HEALTH_MAX_WAITING checks wait at once). Returns
+        the class taken (give it back with `leave`), or None (a refusal is counted)."""
         deadline = time.monotonic() + HEALTH_WAIT_S
-        while True:
-            for kind in ("health", "api"):
-                if self.in_flight[kind] < self._bound(kind):
-                    self.in_flight[kind] += 1
-                    return kind
-            if time.monotonic() >= deadline:
-                self.refused += 1
-                return None
-            await anyio.sleep(_HEALTH_POLL_S)
+        waiting = False
+        try:
+            while True:
+                for kind in ("health", "api"):
+                    if self.in_flight[kind] < self._bound(kind):
+                        self.in_flight[kind] += 1
+                        return kind
+                if time.monotonic() >= deadline or (
+                        not waiting and self.health_waiting >= HEALTH_MAX_WAITING):
+                    self.refused += 1
+                    return None
+                if not waiting:
+                    waiting = True
+                    self.health_waiting += 1
+                await anyio.sleep(_HEALTH_POLL_S)
+        finally:
+            if waiting:
+                self.health_waiting -= 1
 
     @contextmanager
     def read_slot(self) -> Iterator[None]:
