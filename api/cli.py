@@ -168,7 +168,8 @@ def serve(argv: list[str]) -> int:
 
 
 def _uvicorn_config(app: Any, settings: Any, *, host: str, port: int, log_level: str) -> Any:
-    """uvicorn's settings for the API: h11 with a header deadline (api/connections.py),
+    """uvicorn's settings for the API: h11 with a header deadline and a deadline for clients
+    that read nothing of their answer (api/connections.py),
     uvicorn's 5 s keep-alive, and requests still running ``api_shutdown_timeout_s`` after a
     SIGTERM cancelled (long-polls and body reads end at once: `api.main.begin_shutdown`)."""
     import uvicorn
@@ -177,7 +178,8 @@ def _uvicorn_config(app: Any, settings: Any, *, host: str, port: int, log_level:
 
     return uvicorn.Config(
         app, host=host, port=port, log_level=log_level,
-        http=header_deadline_protocol(settings.api_header_timeout_s),
+        http=header_deadline_protocol(settings.api_header_timeout_s,
+                                      write_timeout_s=settings.api_body_timeout_s),
         timeout_keep_alive=5,
         timeout_graceful_shutdown=max(1, round(settings.api_shutdown_timeout_s)))
 

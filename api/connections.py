@@ -8,18 +8,23 @@ that closes a connection whose next request's headers are not complete within
 ``GRADER_API_HEADER_TIMEOUT_S`` of the connection opening or of the previous answer
 ending: with a 408 when part of them came (a client that is sending may read it), silently
 when nothing did. Header size is bounded by h11 (``h11_max_incomplete_event_size``, 16 KiB:
-400 beyond). The body's deadline is api/guard.py's.
+400 beyond). The body's deadline is api/guard.py's. The same protocol aborts a connection
+whose client reads nothing of its answer for ``GRADER_API_BODY_TIMEOUT_S`` once the socket's
+buffers are full, so that a client that stops reading cannot hold a request place either.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from submissions.errors import RequestTimeout
+
+logger = logging.getLogger("api.connections")
 
 #: Seconds a connection is kept open, reading and dropping, after its 408 (see `_headers_late`).
 LINGER_S = 1.0
@@ -34,14 +39,38 @@ def _timeout_answer(timeout_s: float) -> bytes:
             + body)
 
 
-def header_deadline_protocol(header_timeout_s: float) -> type[H11Protocol]:
+def header_deadline_protocol(header_timeout_s: float,
+                             write_timeout_s: float | None = None) -> type[H11Protocol]:
     """uvicorn's h11 protocol with a deadline of `header_timeout_s` seconds for every
-    request's headers (pass it as ``uvicorn.Config(http=...)``)."""
+    request's headers (pass it as ``uvicorn.Config(http=...)``) and, with `write_timeout_s`,
+    one for a client that reads nothing of its answer: when the answer's bytes have filled the
+    socket's buffers and none drains for `write_timeout_s` seconds, the connection is
+    aborted. uvicorn then treats the client as gone, so the route's pending ``send`` returns
+    and its request place is freed (a client that stops reading cannot hold one)."""
 
     class HeaderDeadlineH11Protocol(H11Protocol):
         _header_deadline: Any = None
+        _write_deadline: Any = None
         _bytes_since_answer = 0
         _timed_out = False
+
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            if write_timeout_s is not None and self._write_deadline is None:
+                self._write_deadline = self.loop.call_later(write_timeout_s, self._reader_stalled)
+
+        def resume_writing(self) -> None:
+            if self._write_deadline is not None:
+                self._write_deadline.cancel()
+                self._write_deadline = None
+            super().resume_writing()
+
+        def _reader_stalled(self) -> None:
+            self._write_deadline = None
+            if not self.transport.is_closing():
+                logger.info("closed a connection whose client read nothing of its answer "
+                            "for %g s", write_timeout_s)
+                self.transport.abort()
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -49,6 +78,9 @@ def header_deadline_protocol(header_timeout_s: float) -> type[H11Protocol]:
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm_header_deadline()
+            if self._write_deadline is not None:
+                self._write_deadline.cancel()
+                self._write_deadline = None
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:

@@ -111,7 +111,8 @@ class Settings(BaseSettings):
                                         "or the previous answer ends (else 408, closed)")
     api_body_timeout_s: float = Field(30.0, gt=0, le=3600, description="a request's whole body "
                                       "must arrive within this after its headers (else 408, "
-                                      "closed)")
+                                      "closed); and a client whose answer fills the socket "
+                                      "buffers may read nothing for at most this long")
     api_shutdown_timeout_s: float = Field(10.0, gt=0, le=600, description="on SIGTERM, requests "
                                           "still running after this are cancelled (long-polls "
                                           "and body reads end at once)")
