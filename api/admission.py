@@ -4,8 +4,11 @@ A pure ASGI middleware (no body is read, no thread is taken) in front of every r
 request is put in one of four classes by its path and query alone:
 
 - ``static``: ``/static/...`` (files served by the event loop): never counted, never refused.
-- ``health``: ``/healthz`` and ``/metrics``: bounded apart (``api_health_reserve``), so a
-  saturated API still answers its health check at once.
+- ``health``: ``/healthz`` and ``/metrics``: bounded apart (``api_health_reserve`` places),
+  so a saturated API still answers its health check, and never refused by the bound of the
+  others: a check that finds its places taken takes a free ``api`` place, or else waits
+  (without a thread) up to ``HEALTH_WAIT_S`` for either, since each check takes
+  milliseconds (issue 24: a third overlapping check on an idle server was a 503).
 - ``wait``: a long-poll, ``GET /api/v1/submissions/{id}?wait=N`` with N > 0: bounded apart
   (``api_max_waiting``); while it waits it holds no thread and no connection, and each of its
   short reads takes an ``api`` slot of its own (`Admission.read_slot`).
@@ -16,17 +19,22 @@ The thread limiter and the connection pool both have ``api_threads`` places (api
 submissions/db.py), so an admitted request always finds a connection without waiting: the
 deadlock of issue 10 (threads waiting for connections held by requests waiting for a thread)
 cannot form. A request over its class's bound is answered at once with 503, code
-``overloaded``, and ``Retry-After: api_retry_after_s``. The counters live in one event loop
+``overloaded``, and ``Retry-After: api_retry_after_s`` (a health check after its wait).
+Request bodies have been read before a request gets here (api/guard.py), so a place is
+never held by a client that is still sending. The counters live in one event loop
 and are only touched from it, so plain integers are safe.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+import anyio
 
 from api.errors import error_response
 from submissions.errors import Overloaded
@@ -36,6 +44,11 @@ RequestClass = Literal["static", "health", "wait", "api"]
 #: The long-poll route: GET /api/v1/submissions/{id} (with a `wait` query parameter).
 _LONG_POLL_PATH = re.compile(r"^/api/v1/submissions/[^/]+/?$")
 _HEALTH_PATHS = frozenset({"/healthz", "/metrics"})
+#: How long a health check waits for a place before its 503 (seconds), and how often it looks.
+HEALTH_WAIT_S, _HEALTH_POLL_S = 5.0, 0.01
+#: Health checks waiting at once; beyond, a check is refused at once (a flood of checks, which
+#: need no token, must not cost the event loop more than a bounded polling).
+HEALTH_MAX_WAITING = 32
 
 
 def classify(scope: dict[str, Any]) -> RequestClass:
@@ -69,6 +82,7 @@ class Admission:
     retry_after_s: int
     in_flight: dict[str, int] = field(default_factory=lambda: {"health": 0, "wait": 0, "api": 0})
     refused: int = 0
+    health_waiting: int = 0
 
     def _bound(self, kind: RequestClass) -> int:
         return {"health": self.max_health, "wait": self.max_waiting,
@@ -90,6 +104,30 @@ class Admission:
         if kind != "static":
             self.in_flight[kind] -= 1
 
+    async def enter_health(self) -> RequestClass | None:
+        """Take a place for a health check: a ``health`` one, else a free ``api`` one, waiting
+        up to HEALTH_WAIT_S for either (at most HEALTH_MAX_WAITING checks wait at once). Returns
+        the class taken (give it back with `leave`), or None (a refusal is counted)."""
+        deadline = time.monotonic() + HEALTH_WAIT_S
+        waiting = False
+        try:
+            while True:
+                for kind in ("health", "api"):
+                    if self.in_flight[kind] < self._bound(kind):
+                        self.in_flight[kind] += 1
+                        return kind
+                if time.monotonic() >= deadline or (
+                        not waiting and self.health_waiting >= HEALTH_MAX_WAITING):
+                    self.refused += 1
+                    return None
+                if not waiting:
+                    waiting = True
+                    self.health_waiting += 1
+                await anyio.sleep(_HEALTH_POLL_S)
+        finally:
+            if waiting:
+                self.health_waiting -= 1
+
     @contextmanager
     def read_slot(self) -> Iterator[None]:
         """An ``api`` place for one short database read of a long-poll.
@@ -104,10 +142,10 @@ class Admission:
         finally:
             self.leave("api")
 
-    def overloaded_response(self) -> Any:
-        """The 503 answer: code ``overloaded``, ``Retry-After``."""
+    def overloaded_response(self, headers: dict[str, str] | None = None) -> Any:
+        """The 503 answer: code ``overloaded``, ``Retry-After`` (and `headers`)."""
         return error_response(503, Overloaded.code, "the server is busy; retry later",
-                              {"Retry-After": str(self.retry_after_s)})
+                              {"Retry-After": str(self.retry_after_s), **(headers or {})})
 
 
 class AdmissionMiddleware:
@@ -121,8 +159,12 @@ class AdmissionMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        kind = classify(scope)
-        if not self.admission.try_enter(kind):
+        kind: RequestClass | None = classify(scope)
+        if kind == "health":
+            kind = await self.admission.enter_health()
+        elif not self.admission.try_enter(kind):
+            kind = None
+        if kind is None:
             await self.admission.overloaded_response()(scope, receive, send)
             return
         try:

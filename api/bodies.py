@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from submissions.errors import SourceNotUtf8, UploadMalformed, UploadTooLarge
+from submissions.errors import RosterInvalid, SourceNotUtf8, UploadMalformed, UploadTooLarge
 
 #: Largest roster accepted, bytes (a class of 10 000 with long names and e-mails fits).
 MAX_ROSTER_BYTES = 2 * 1024 * 1024
@@ -52,6 +52,7 @@ async def read_csv_body(request: Request) -> str:
         UploadMalformed: another content type.
         UploadTooLarge: a larger body (checked while reading).
         SourceNotUtf8: not UTF-8.
+        RosterInvalid: a NUL character (the database cannot store it), with its line.
     """
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type not in {"text/csv", "text/plain"}:
@@ -59,10 +60,15 @@ async def read_csv_body(request: Request) -> str:
                               "Content-Type: text/csv (curl --data-binary @roster.csv)")
     body = await read_capped(request, max_bytes=MAX_ROSTER_BYTES, what="the roster")
     try:
-        return body.decode("utf-8")
+        text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SourceNotUtf8(f"the roster is not UTF-8 text: {exc.reason} at byte "
                             f"{exc.start}") from None
+    if "\x00" in text:  # UTF-8 has no lone surrogates: NUL is all storable_text_problem finds
+        line = text.count("\n", 0, text.index("\x00")) + 1
+        raise RosterInvalid("the roster contains a NUL character; nothing was imported",
+                            errors=[{"line": line, "message": "a NUL character (U+0000)"}])
+    return text
 
 
 CsvBody = Annotated[str, Depends(read_csv_body)]

@@ -159,8 +159,6 @@ def serve(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     _configure_logging()
 
-    import uvicorn
-
     from api.main import create_app
     from submissions.migrations import upgrade_to_head
     from submissions.settings import get_settings
@@ -195,12 +193,49 @@ def serve(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, _remember_signal)
     workers.start()
     try:
-        uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=args.log_level)
+        _api_server(_uvicorn_config(create_app(settings), settings, host=args.host,
+                                    port=args.port, log_level=args.log_level)).run()
     finally:
         workers.stop()
     logger.info("grader serve stopped%s",
                 f" ({signal.Signals(received[0]).name})" if received else "")
     return EXIT_OK
+
+
+def _uvicorn_config(app: Any, settings: Any, *, host: str, port: int, log_level: str) -> Any:
+    """uvicorn's settings for the API: h11 with a header deadline and a deadline for clients
+    that read nothing of their answer (api/connections.py),
+    uvicorn's 5 s keep-alive, and requests still running ``api_shutdown_timeout_s`` after a
+    SIGTERM cancelled (long-polls and body reads end at once: `api.main.begin_shutdown`)."""
+    import uvicorn
+
+    from api.connections import header_deadline_protocol
+
+    return uvicorn.Config(
+        app, host=host, port=port, log_level=log_level,
+        http=header_deadline_protocol(settings.api_header_timeout_s,
+                                      write_timeout_s=settings.api_body_timeout_s),
+        timeout_keep_alive=5,
+        timeout_graceful_shutdown=max(1, round(settings.api_shutdown_timeout_s)))
+
+
+def _api_server(config: Any) -> Any:
+    """A uvicorn server that, on SIGTERM or SIGINT, first releases the app's long-polls and
+    body reads (`api.main.begin_shutdown`, on the event loop), then shuts down as uvicorn
+    does: stop accepting, finish the requests under way, exit."""
+    import uvicorn
+
+    from api.main import begin_shutdown
+
+    class ApiServer(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            app = config.app
+            loop = getattr(app.state, "loop", None)
+            if loop is not None and not loop.is_closed():
+                loop.call_soon_threadsafe(begin_shutdown, app)
+            super().handle_exit(sig, frame)
+
+    return ApiServer(config)
 
 
 def _redacted(url: str) -> str:

@@ -51,6 +51,7 @@ class StatusWatcher:
         self._waiters: dict[int, list[_Waiter]] = {}
         self._task: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.closing = False  # set by `release_all`: the process is shutting down
 
     @property
     def waiting(self) -> int:
@@ -90,14 +91,24 @@ class StatusWatcher:
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._watch())
 
+    def release_all(self) -> None:
+        """Shutdown: wake every waiter now and let no new one wait (`closing`)."""
+        self.closing = True
+        for waiters in self._waiters.values():
+            for waiter in waiters:
+                waiter.changed.set()
+
     async def wait_for_change(self, request: Request, submission_id: int, status: SubmissionStatus,
                               timeout_s: float) -> bool:
         """Wait until the submission's current status is no longer `status`, the client goes
         away, or `timeout_s` seconds pass.
 
         Returns:
-            True when the status changed (as of the last query), else False.
+            True when the status changed (as of the last query), else False. After
+            `release_all` (shutdown) it returns at once; the caller checks `closing`.
         """
+        if self.closing:
+            return False
         waiter = _Waiter(status)
         self._ensure_running()
         self._waiters.setdefault(submission_id, []).append(waiter)

@@ -6,12 +6,15 @@ swap ``app.state.session_factory`` (the middleware and the long-poll use it) and
 
 The request path (docs/reliability.md, "Request path"): anyio's thread limiter and the
 engine's pool both have ``settings.api_threads`` places; `api.admission` admits at most
-``api_max_in_flight`` requests that need them (503 + Retry-After beyond); `api.guard`
-checks the token before any body is read and caps JSON bodies.
+``api_max_in_flight`` requests that need them (503 + Retry-After beyond); `api.guard`, in
+front of admission, checks the token before any body is read, caps every body and reads it
+within a deadline. `begin_shutdown` (called by `grader serve` on SIGTERM) ends the
+long-polls and body reads under way, so that a restart closes the port for seconds.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -20,7 +23,7 @@ from fastapi import FastAPI
 
 from api.admission import Admission, AdmissionMiddleware
 from api.errors import install_error_handlers
-from api.guard import AuthBeforeBodyMiddleware
+from api.guard import BodyReads, RequestEdgeMiddleware
 from api.longpoll import StatusWatcher
 from api.openapi import install_openapi
 from api.pages import install_pages
@@ -49,6 +52,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         # One thread per pooled connection (sync routes and dependencies run in these).
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.api_threads
+        _app.state.loop = asyncio.get_running_loop()  # for begin_shutdown from a signal handler
         yield
         engine.dispose()
 
@@ -69,10 +73,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         max_in_flight=settings.api_max_in_flight, max_health=settings.api_health_reserve,
         max_waiting=settings.api_max_waiting, retry_after_s=settings.api_retry_after_s)
     app.state.status_watcher = StatusWatcher(lambda: app.state.session_factory, settings.long_poll_interval_s)
+    app.state.body_reads = BodyReads()
     install_error_handlers(app)
-    # The last added runs first: admission, then authentication before any body is read.
-    app.add_middleware(AuthBeforeBodyMiddleware)
+    # The last added runs first: the edge (token, body cap and deadline), then admission.
     app.add_middleware(AdmissionMiddleware, admission=app.state.admission)
+    app.add_middleware(RequestEdgeMiddleware)
     for router in (me.router, students.router, staff.router, assignments.router,
                    submissions.router, regrades.router, leaderboard.router, audit.router,
                    health.router):
@@ -80,3 +85,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_pages(app)
     install_openapi(app)
     return app
+
+
+def begin_shutdown(app: FastAPI) -> None:
+    """Start a graceful shutdown (on the app's event loop): every long-poll answers at once
+    with the status it first read (the client polls again, reaching the next process), and
+    the body reads under way end with 503 ``shutting_down``; new ones are refused alike.
+    Requests already admitted finish as usual."""
+    app.state.status_watcher.release_all()
+    app.state.body_reads.cancel_all()

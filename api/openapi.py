@@ -7,7 +7,9 @@ on, all with the project's error schema (`api.schemas.ErrorResponse`):
 - 401 ``not_authenticated`` and 403 (role) on every ``/api/`` route (but `GET /api/v1/me`,
   which any valid token may call);
 - 404 on routes with a path parameter (and the staff filter of `GET /api/v1/submissions`);
-- 413 ``body_too_large`` on every ``POST``/``PUT``/``PATCH``/``DELETE`` (api/guard.py);
+- 408 ``request_timeout`` and 413 ``body_too_large`` on every ``POST``/``PUT``/``PATCH``/
+  ``DELETE`` (api/guard.py: a body that does not arrive in time, or is larger than its
+  route's cap);
 - 422 ``validation_error`` everywhere, replacing FastAPI's ``HTTPValidationError`` schema
   (the app answers validation errors in the project's shape, api/errors.py);
 - 503 ``overloaded`` / ``database_unavailable`` everywhere, with ``Retry-After``
@@ -35,12 +37,14 @@ _DESCRIPTIONS = {
     "403": "the token's role may not do this (student_required, staff_required, "
            "instructor_required, or a course rule)",
     "404": "not found (the code names what: submission_not_found, student_not_found, ...)",
-    "413": "body_too_large: a JSON body over GRADER_MAX_JSON_BODY_BYTES (64 KiB), or "
-           "upload_too_large",
+    "408": "request_timeout: the body did not arrive within GRADER_API_BODY_TIMEOUT_S "
+           "(30 s); the connection is closed",
+    "413": "body_too_large: a body over its route's cap (GRADER_MAX_JSON_BODY_BYTES, 64 KiB, "
+           "whatever its content type), or upload_too_large (uploads, rosters)",
     "422": "validation_error (a parameter, header or body field malformed or out of range; "
            "`errors` lists them) or a course rule named by its code",
-    "503": "overloaded (every request slot taken) or database_unavailable: retry after "
-           "Retry-After seconds; nothing was done",
+    "503": "overloaded (every request slot taken), database_unavailable, or shutting_down "
+           "(a restart): retry after Retry-After seconds; nothing was done",
 }
 _BODY_METHODS = {"post", "put", "patch", "delete"}
 _NO_ROLE_CHECK = {("get", "/api/v1/me")}
@@ -70,7 +74,7 @@ def complete_error_answers(schema: dict[str, Any]) -> None:
                 if "{" in path or (method, path) in _EXTRA_404:
                     codes.add("404")
                 if method in _BODY_METHODS:
-                    codes |= {"400", "413"}
+                    codes |= {"400", "408", "413"}
             for code in sorted(codes):
                 if code not in answers:
                     answers[code] = _error(code)

@@ -13,7 +13,7 @@ from typing import Annotated
 
 from fastapi import Path, Query
 
-from api.schemas import MAX_DB_INT
+from api.schemas import MAX_DB_INT, StoredText
 from grader.manifest import MANIFESTS
 
 __all__ = ["MAX_DB_INT", "AssignmentName", "AssignmentQuery", "Offset", "RegradeId", "StaffId",
@@ -23,9 +23,9 @@ __all__ = ["MAX_DB_INT", "AssignmentName", "AssignmentQuery", "Offset", "Regrade
 #: name is still accepted by validation and answered 422 ``unknown_assignment`` with the
 #: known names, as before.
 _ASSIGNMENT_NAMES = {"enum": sorted(MANIFESTS)}
-AssignmentName = Annotated[str, Path(max_length=100, json_schema_extra=_ASSIGNMENT_NAMES,
+AssignmentName = Annotated[StoredText, Path(max_length=100, json_schema_extra=_ASSIGNMENT_NAMES,
                                      description="an assignment's name")]
-AssignmentQuery = Annotated[str, Query(max_length=100, json_schema_extra=_ASSIGNMENT_NAMES,
+AssignmentQuery = Annotated[StoredText, Query(max_length=100, json_schema_extra=_ASSIGNMENT_NAMES,
                                        description="an assignment's name")]
 
 SubmissionId = Annotated[int, Path(ge=1, le=MAX_DB_INT, description="a submission's id")]

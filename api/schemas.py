@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
 from grader.manifest import MANIFESTS
 
@@ -24,6 +24,33 @@ TERMINAL = frozenset({"passed", "failed", "error"})
 #: The largest value of a PostgreSQL ``INTEGER`` column (every id of the schema); api/params.py
 #: bounds path and query parameters with it, the request bodies below their id fields.
 MAX_DB_INT = 2**31 - 1
+
+
+def storable_text_problem(value: str) -> str | None:
+    """Why the database cannot store `value` (None: it can): PostgreSQL text cannot hold a
+    NUL character (U+0000), and a lone surrogate (U+D800..U+DFFF, which JSON's ``\\ud800``
+    escapes can produce) is not UTF-8 at all. The one rule for every text the API stores or
+    filters on; forms and roster rows apply it too (api/pages/security.py,
+    submissions/roster.py)."""
+    if "\x00" in value:
+        return "must not contain a NUL character (U+0000)"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "must not contain a lone surrogate (U+D800..U+DFFF)"
+    return None
+
+
+def _storable(value: str) -> str:
+    problem = storable_text_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+#: Text that the database can store (see `storable_text_problem`): a 422 naming the field
+#: otherwise. Every text field of a request body and every text query parameter uses it.
+StoredText = Annotated[str, AfterValidator(_storable)]
 
 
 class ErrorBody(BaseModel):
@@ -62,9 +89,9 @@ class TokenIssued(BaseModel):
 
 
 class StudentCreate(BaseModel):
-    name: str = Field(min_length=1, max_length=200)
-    email: str | None = Field(None, max_length=320, description="optional, unique")
-    external_id: str | None = Field(None, max_length=100,
+    name: StoredText = Field(min_length=1, max_length=200)
+    email: StoredText | None = Field(None, max_length=320, description="optional, unique")
+    external_id: StoredText | None = Field(None, max_length=100,
                                     description="the institution's student id; optional, unique")
 
 
@@ -99,7 +126,7 @@ class RosterImported(BaseModel):
 
 
 class StaffCreate(BaseModel):
-    name: str = Field(min_length=1, max_length=200)
+    name: StoredText = Field(min_length=1, max_length=200)
     role: StaffRoleName
 
 
@@ -350,11 +377,12 @@ class GradingList(BaseModel):
 
 
 class DisqualifyRequest(BaseModel):
-    reason: str = Field(min_length=1, max_length=2000, description="shown to the student")
+    reason: StoredText = Field(min_length=1, max_length=2000, description="shown to the student")
 
 
 class RestoreRequest(BaseModel):
-    reason: str | None = Field(None, max_length=2000, description="recorded in the audit log")
+    reason: StoredText | None = Field(None, max_length=2000,
+                                      description="recorded in the audit log")
 
 
 # ---------------------------------------------------------------------- leaderboard
@@ -395,11 +423,11 @@ class RegradeCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    assignment: str = Field(max_length=100,
-                            json_schema_extra={"enum": sorted(MANIFESTS)})
+    assignment: StoredText = Field(max_length=100,
+                                   json_schema_extra={"enum": sorted(MANIFESTS)})
     student_id: int | None = Field(None, ge=1, le=MAX_DB_INT)
     status: Verdict | None = Field(None, description="current verdict")
-    grader_version: str | None = Field(None, max_length=100,
+    grader_version: StoredText | None = Field(None, max_length=100,
                                        description="current grading's versions.grader")
     submission_ids: list[Annotated[int, Field(ge=1, le=MAX_DB_INT)]] | None = Field(
         None, max_length=2000)

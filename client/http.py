@@ -51,9 +51,10 @@ def resolve_token(value: str | None) -> str | None:
 
 
 #: Statuses retried: 503 always (the server did nothing: admission refused it, or its
-#: transaction was rolled back), 502 and 504 (a proxy: the request may have run) only for an
+#: transaction was rolled back) and 408 (the server did not get the whole body in time, so it
+#: ran nothing: api/guard.py), 502 and 504 (a proxy: the request may have run) only for an
 #: idempotent request.
-RETRY_ALWAYS, RETRY_IF_IDEMPOTENT = frozenset({503}), frozenset({502, 504})
+RETRY_ALWAYS, RETRY_IF_IDEMPOTENT = frozenset({408, 503}), frozenset({502, 504})
 #: Methods that are idempotent by themselves; a POST or PATCH is when it carries an
 #: Idempotency-Key.
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
@@ -86,7 +87,8 @@ class ServiceClient:
     full-jitter backoff (`full_jitter_s`), so a class of clients told "1 s" does not come
     back in the same second:
 
-    - 503 (overloaded, or the database unavailable: nothing was done), for any request;
+    - 503 (overloaded, or the database unavailable: nothing was done) and 408 (the body
+      did not arrive in time: nothing was done), for any request;
     - 502, 504, a read/write timeout or a dropped connection, for an idempotent request:
       GET, HEAD, PUT, DELETE, and a POST or PATCH sent with an ``Idempotency-Key`` (the
       server answers its retry with the first answer);

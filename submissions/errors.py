@@ -357,3 +357,20 @@ class IdempotencyKeyReused(DomainError):
 
     code = "idempotency_key_reused"
     http_status = 422
+
+
+class TextNotStorable(DomainError):
+    """A form field holds text the database cannot store (a NUL character; `details`:
+    `field`). JSON fields and query parameters get a 422 ``validation_error`` naming the field
+    instead (api/schemas.py `StoredText`)."""
+
+    code = "text_not_storable"
+    http_status = 422
+
+
+class RequestTimeout(DomainError):
+    """The request's body did not arrive within ``api_body_timeout_s`` (api/edge.py): the
+    connection is closed after this answer (`details`: `timeout_s`)."""
+
+    code = "request_timeout"
+    http_status = 408

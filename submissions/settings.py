@@ -104,6 +104,18 @@ class Settings(BaseSettings):
     db_pool_timeout_s: float = Field(5.0, gt=0, description="longest wait for a pooled "
                                      "connection before the request is answered 503")
     max_json_body_bytes: int = Field(64 * 1024, gt=0, description="cap on JSON request bodies")
+    # Read deadlines at the edge (api/connections.py, api/guard.py): a client that stops
+    # sending holds a connection for at most these, and never a request place.
+    api_header_timeout_s: float = Field(10.0, gt=0, le=600, description="a request's headers "
+                                        "must arrive within this after the connection opens "
+                                        "or the previous answer ends (else 408, closed)")
+    api_body_timeout_s: float = Field(30.0, gt=0, le=3600, description="a request's whole body "
+                                      "must arrive within this after its headers (else 408, "
+                                      "closed); and a client whose answer fills the socket "
+                                      "buffers may read nothing for at most this long")
+    api_shutdown_timeout_s: float = Field(10.0, gt=0, le=600, description="on SIGTERM, requests "
+                                          "still running after this are cancelled (long-polls "
+                                          "and body reads end at once)")
     idempotency_ttl_s: float = Field(24 * 3600.0, gt=0, description="how long an "
                                      "Idempotency-Key's first answer is kept")
 

@@ -70,6 +70,9 @@ class _CurrentJob:
     job: ClaimedJob
     cancel: threading.Event = field(default_factory=threading.Event)
     lease_lost: bool = False
+    # The grader returned an outcome: storing it clears the lease token, so a renewal that
+    # fails from then on is the store's doing, not a lost lease.
+    graded: bool = False
 
 
 class Worker:
@@ -249,6 +252,7 @@ class Worker:
                 )
                 return
             logger.info("submission %s: %s", job.submission_id, outcome.status)
+            current.graded = True
             self._keep_result(
                 SpooledResult(
                     database=self.spool.database,
@@ -426,7 +430,7 @@ class Worker:
                             lease_s=self.settings.lease_s,
                             now=now,
                         )
-                        if not held:
+                        if not held and not current.graded:
                             current.lease_lost = True
                             current.cancel.set()
                             logger.warning(

@@ -59,7 +59,14 @@ from api.deps import (
     require_instructor,
     require_staff,
 )
-from submissions.errors import DomainError, NotAuthenticated, StudentRequired, UploadMalformed
+from api.schemas import storable_text_problem
+from submissions.errors import (
+    DomainError,
+    NotAuthenticated,
+    StudentRequired,
+    TextNotStorable,
+    UploadMalformed,
+)
 from submissions.settings import Settings
 
 SESSION_COOKIE = "grader_session"
@@ -219,13 +226,19 @@ class FormFields(dict[str, list[str]]):
 
 async def read_form(request: Request) -> FormFields:
     """The url-encoded body of a page form, at most MAX_FORM_BYTES (checked as it streams
-    in). Only awaits network reads. Raises UploadMalformed, UploadTooLarge."""
+    in). Only awaits network reads. Raises UploadMalformed, UploadTooLarge, and
+    TextNotStorable for a field the database could not store (a NUL character)."""
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type != "application/x-www-form-urlencoded":
         raise UploadMalformed("send the form as application/x-www-form-urlencoded")
     body = await read_capped(request, max_bytes=MAX_FORM_BYTES, what="the form")
     text = body.decode("utf-8", "replace")
-    return FormFields(parse_qs(text, keep_blank_values=True, max_num_fields=200))
+    fields = FormFields(parse_qs(text, keep_blank_values=True, max_num_fields=200))
+    for name, values in fields.items():
+        problem = next(filter(None, map(storable_text_problem, [name, *values])), None)
+        if problem is not None:
+            raise TextNotStorable(f"the form field {name!r} {problem}", field=name)
+    return fields
 
 
 def check_csrf(viewer: Viewer, value: str | None) -> None:

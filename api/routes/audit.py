@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 
 from api.deps import SessionDep, StaffOnly
 from api.params import Offset
-from api.schemas import AuditEventRead, AuditLog
+from api.schemas import AuditEventRead, AuditLog, StoredText
 from submissions import repository
 
 router = APIRouter(prefix="/api/v1/audit", tags=["audit"])
@@ -18,10 +18,10 @@ router = APIRouter(prefix="/api/v1/audit", tags=["audit"])
 def list_audit_events(
     _: StaffOnly,
     session: SessionDep,
-    action: Annotated[str | None, Query(max_length=64, description="e.g. submission.disqualify")] = None,
-    assignment: Annotated[str | None, Query(max_length=100)] = None,
-    target_type: Annotated[str | None, Query(max_length=32)] = None,
-    target_id: Annotated[str | None, Query(max_length=100)] = None,
+    action: Annotated[StoredText | None, Query(max_length=64, description="e.g. submission.disqualify")] = None,
+    assignment: Annotated[StoredText | None, Query(max_length=100)] = None,
+    target_type: Annotated[StoredText | None, Query(max_length=32)] = None,
+    target_id: Annotated[StoredText | None, Query(max_length=100)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 200,
     offset: Offset = 0,
 ) -> AuditLog:

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from api.deps import NowDep, SessionDep, StaffOnly
 from api.params import Offset, RegradeId
 from api.presenters import regrade_read, regrade_summary
-from api.schemas import ErrorResponse, RegradeCreate, RegradeList, RegradeRead
+from api.schemas import ErrorResponse, RegradeCreate, RegradeList, RegradeRead, StoredText
 from submissions import assignments, regrades
 from submissions.models import RegradeBatch
 from submissions.scoring import PointsPolicy
@@ -49,7 +49,7 @@ def create_regrade(body: RegradeCreate, principal: StaffOnly, session: SessionDe
 @router.get("", response_model=RegradeList)
 def list_regrades(
     _: StaffOnly, session: SessionDep,
-    assignment: Annotated[str | None, Query(max_length=100)] = None,
+    assignment: Annotated[StoredText | None, Query(max_length=100)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     offset: Offset = 0,
 ) -> RegradeList:

@@ -40,6 +40,7 @@ from api.schemas import (
     GradingList,
     RestoreRequest,
     Status,
+    StoredText,
     SubmissionCreated,
     SubmissionList,
     SubmissionRead,
@@ -123,7 +124,7 @@ def list_submissions(
     now: NowDep,
     student_id: Annotated[int | None, Query(ge=1, le=MAX_DB_INT,
                                               description="staff only: filter")] = None,
-    assignment: Annotated[str | None, Query(max_length=100)] = None,
+    assignment: Annotated[StoredText | None, Query(max_length=100)] = None,
     status: Annotated[Status | None, Query(description="current grading's status")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     offset: Offset = 0,
@@ -195,6 +196,8 @@ async def read_submission(
     # one read of this submission, as an ordinary request makes.
     watcher: StatusWatcher = state.status_watcher
     await watcher.wait_for_change(request, submission_id, first.status, timeout_s=wait)
+    if watcher.closing:
+        return first  # shutting down: answer now, the client polls the next process
     try:
         with admission.read_slot():
             return await run_in_threadpool(read)

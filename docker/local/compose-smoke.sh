@@ -2,18 +2,21 @@
 # `make compose-smoke`: the Compose deployment end to end, for real, on a host without a
 # container registry (docs/deployment.md, "A host without a container registry"):
 #   engine up (start-engine.sh) -> local base images (build-base-images.sh, cached) -> the API
-#   and CPU worker images built -> `docker compose -f docker/compose.yaml -f docker/compose.cpu.yaml
-#   -f docker/compose.local.yaml up -d` -> /healthz ok -> the sandbox check of the guide's step 6
+#   CPU worker and TLS proxy images built -> `docker compose -f docker/compose.yaml -f
+#   docker/compose.cpu.yaml -f docker/compose.local.yaml -f docker/compose.tls.yaml up -d` ->
+#   /healthz ok through the proxy (HTTPS, a throw-away certificate), plain HTTP only a redirect,
+#   the API's own port unpublished -> the sandbox check of the guide's step 6
 #   -> a student made with `grader students add` inside the api container -> the reference
-#   solution uploaded over HTTP to the published port and graded by the CPU worker in its
+#   solution uploaded over HTTPS through the proxy and graded by the CPU worker in its
 #   bubblewrap sandbox (expected: passed, with the Triton of worker.Dockerfile) -> `down -v`
 #   -> nothing of the project left (containers, volumes, networks). Exit 0 only if all of it held.
 #
 # It never touches a deployment on the same host: it runs from a copy of this checkout (the
 # files git tracks or would track, plus the staged torch wheel) in COMPOSE_SMOKE_DIR, with an
 # .env of fresh random secrets made there (mode 0600, deleted with the copy), under its own
-# Compose project name (COMPOSE_SMOKE_PROJECT), publishing the API on 127.0.0.1 and a free port.
-# It does rebuild the shared image tags kernel-grader-api:local and kernel-grader-worker:cpu.
+# Compose project name (COMPOSE_SMOKE_PROJECT), publishing the proxy on 127.0.0.1 and free ports.
+# It does rebuild the shared image tags kernel-grader-api:local, kernel-grader-worker:cpu and
+# kernel-grader-proxy:local.
 #
 # Usage (as root; make compose-smoke passes PYTHON and the log):
 #   docker/local/compose-smoke.sh [--log FILE] [--cold]
@@ -65,7 +68,7 @@ log "docker $(docker version --format 'client {{.Client.Version}}, server {{.Ser
 
 compose=(docker compose --project-name "$PROJECT" --project-directory "$RUN_DIR/docker"
          -f "$RUN_DIR/docker/compose.yaml" -f "$RUN_DIR/docker/compose.cpu.yaml"
-         -f "$RUN_DIR/docker/compose.local.yaml")
+         -f "$RUN_DIR/docker/compose.local.yaml" -f "$RUN_DIR/docker/compose.tls.yaml")
 
 # Whatever an interrupted earlier run left of this project goes first.
 docker compose --project-name "$PROJECT" down -v --remove-orphans >/dev/null 2>&1 || true
@@ -111,13 +114,25 @@ GRADER_ENVIRONMENT=production
 ENV
 umask 022
 unset db_password
-export GRADER_API_BIND=127.0.0.1
-GRADER_API_PORT="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-export GRADER_API_PORT
-log ".env with fresh secrets in $RUN_DIR (0600); API on 127.0.0.1:$GRADER_API_PORT"
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# The production profile (compose.tls.yaml): only the TLS proxy is published, on 127.0.0.1 and
+# free ports, with a throw-away self-signed certificate for localhost made here.
+export GRADER_HTTPS_BIND=127.0.0.1 GRADER_PROXY_BASE_IMAGE=kernel-grader-base/python:3.11-bookworm-local
+GRADER_HTTPS_PORT="$(free_port)"; GRADER_HTTP_PORT="$(free_port)"
+export GRADER_HTTPS_PORT GRADER_HTTP_PORT GRADER_TLS_DIR="$RUN_DIR/tls"
+mkdir -p "$GRADER_TLS_DIR"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
+    -subj /CN=localhost -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
+    -keyout "$GRADER_TLS_DIR/server.key" -out "$GRADER_TLS_DIR/server.crt" 2>/dev/null
+chmod 0644 "$GRADER_TLS_DIR/server.key"   # the proxy's uid 10002 reads it; it lives for this run only
+# The smoke's Python clients trust that certificate and nothing else (urllib reads
+# SSL_CERT_FILE; set for them only: Go's docker CLI would read it too).
+TLS_CA="$GRADER_TLS_DIR/server.crt"
+BASE_URL="https://localhost:$GRADER_HTTPS_PORT"
+log ".env with fresh secrets in $RUN_DIR (0600); the API behind the TLS proxy at $BASE_URL"
 
 phase "build api + worker images"
-app_images=(kernel-grader-api:local kernel-grader-worker:cpu)
+app_images=(kernel-grader-api:local kernel-grader-worker:cpu kernel-grader-proxy:local)
 previous_ids="$(docker image inspect --format '{{.Id}}' "${app_images[@]}" 2>/dev/null || true)"
 "${compose[@]}" --progress plain build
 # The images these tags named before, now untagged: removed (with the vfs storage driver each
@@ -144,12 +159,12 @@ trap on_exit EXIT
 
 phase "up until healthy"
 "${compose[@]}" up -d
-python3 - "$GRADER_API_PORT" <<'PY'
+SSL_CERT_FILE="$TLS_CA" python3 - "$BASE_URL" <<'PY'
 import json, sys, time, urllib.request
 deadline = time.monotonic() + 300
 while True:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/healthz", timeout=5) as r:
+        with urllib.request.urlopen(f"{sys.argv[1]}/healthz", timeout=5) as r:
             health = json.load(r)
             if health.get("status") == "ok":
                 print("GET /healthz ->", json.dumps(health))
@@ -161,6 +176,19 @@ while True:
     time.sleep(1)
 PY
 "${compose[@]}" ps -a --format 'table {{.Service}}\t{{.Image}}\t{{.Status}}'
+# Plain HTTP only redirects to TLS, and the API itself is not published.
+python3 - "$GRADER_HTTP_PORT" <<'PY'
+import http.client, sys
+connection = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=10)
+connection.request("GET", "/healthz")
+answer = connection.getresponse()
+if answer.status != 301 or not answer.getheader("Location", "").startswith("https://"):
+    sys.exit(f"plain HTTP answered {answer.status} {answer.getheader('Location')}, not a redirect to TLS")
+print("GET http://.../healthz ->", answer.status, answer.getheader("Location"))
+PY
+if [ -n "$("${compose[@]}" port api 8000 2>/dev/null || true)" ]; then
+    log "the API's port is published beside the proxy"; exit 1
+fi
 log "in the worker: $("${compose[@]}" exec -T worker python -c 'import torch, triton, numpy; print("torch", torch.__version__, "triton", triton.__version__, "numpy", numpy.__version__)' < /dev/null)"
 
 phase "sandbox check (step 6)"
@@ -194,7 +222,7 @@ fi
 phase "student + graded upload"
 student_token="$("${compose[@]}" exec -T api grader students add "smoke-$(date -u +%Y%m%d%H%M%S)" < /dev/null | head -n 1)"
 [ -n "$student_token" ] || { log "grader students add printed no token"; exit 1; }
-python3 "$here/smoke_client.py" --base-url "http://127.0.0.1:$GRADER_API_PORT" \
+SSL_CERT_FILE="$TLS_CA" python3 "$here/smoke_client.py" --base-url "$BASE_URL" \
     --student-token "$student_token" --file "$RUN_DIR/$SUBMISSION" \
     --expect-status passed --expect-triton "$triton_version"
 "${compose[@]}" logs --no-color worker | tail -n 15

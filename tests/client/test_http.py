@@ -83,6 +83,16 @@ def test_a_post_without_a_key_is_not_resent_once_it_may_have_run(answer) -> None
     assert len(sent) == 1 and waits == []
 
 
+def test_a_post_whose_body_timed_out_is_resent_even_without_a_key() -> None:
+    # 408 request_timeout: the server never got the whole body, so it ran nothing.
+    sent, waits = [], []
+    client = _client([httpx.Response(408, json={"error": {"code": "request_timeout",
+                                                           "message": "slow"}}),
+                      httpx.Response(202, json={"id": 1})], sent, waits)
+    assert client.request("POST", "/api/v1/submissions", expect=(202,)).json() == {"id": 1}
+    assert len(sent) == 2 and len(waits) == 1
+
+
 def test_a_post_with_a_key_is_resent_with_the_same_key() -> None:
     sent, waits = [], []
     client = _client([httpx.ReadTimeout("slow"), httpx.Response(504),

@@ -38,7 +38,7 @@ DOCKER = REPO / "docker"
 # Every Compose file and the combinations docs/deployment.md tells people to run.
 COMPOSE_FILES = [
     "compose.yaml", "compose.cpu.yaml", "compose.gpus.yaml", "compose.worker.yaml",
-    "compose.db-remote.yaml", "compose.local.yaml",
+    "compose.db-remote.yaml", "compose.local.yaml", "compose.tls.yaml",
 ]
 COMBINATIONS: dict[str, list[str]] = {
     "main": ["compose.yaml"],
@@ -50,6 +50,10 @@ COMBINATIONS: dict[str, list[str]] = {
     "worker-host+cpu": ["compose.worker.yaml", "compose.cpu.yaml"],
     # A host without a container registry (docker/local/compose-smoke.sh runs exactly this).
     "main+cpu+local": ["compose.yaml", "compose.cpu.yaml", "compose.local.yaml"],
+    # Production: the TLS proxy in front (the smoke runs it with the three above).
+    "main+tls": ["compose.yaml", "compose.tls.yaml"],
+    "main+cpu+local+tls": ["compose.yaml", "compose.cpu.yaml", "compose.local.yaml",
+                           "compose.tls.yaml"],
 }
 
 # The console commands compose may run: the same ones the rest of the test suite runs outside

@@ -317,3 +317,82 @@ def test_env_example_and_guide_agree_on_the_remote_database_url():
         assert re.findall(r"sslmode=[\w&=-]+", source) == ["sslmode=verify-full&sslrootcert=system"]
     assert "integer" not in text.lower(), "the deployment seed is any long random string"
     assert "any long random string" in text.lower()
+
+
+# --- Production: the TLS proxy (compose.tls.yaml) -----------------------------------------
+
+
+def _nginx_directives() -> dict[str, list[str]]:
+    """Every simple directive of docker/proxy/nginx.conf: name -> its values, in order."""
+    directives: dict[str, list[str]] = {}
+    text = re.sub(r"#[^\n]*", "", (DOCKER / "proxy" / "nginx.conf").read_text())
+    for match in re.finditer(r"^\s*([a-z_0-9]+)\s+([^;{]*);", text, re.MULTILINE):
+        directives.setdefault(match.group(1), []).append(match.group(2).strip())
+    return directives
+
+
+def _nginx_size(value: str) -> int:
+    units = {"k": 1024, "m": 1024 * 1024}
+    return int(value[:-1]) * units[value[-1]] if value[-1] in units else int(value)
+
+
+def _nginx_seconds(value: str) -> float:
+    return float(value.removesuffix("s"))
+
+
+def test_tls_profile_publishes_only_the_proxy():
+    tls = merged_model(COMBINATIONS["main+tls"])
+    assert not tls["services"]["api"].get("ports"), "the API is reached through the proxy only"
+    proxy = tls["services"]["proxy"]
+    assert [port.rsplit(":", 1)[1] for port in proxy["ports"]] == ["8443", "8080"]
+    assert proxy["networks"] == ["web"] and "web" in tls["services"]["api"]["networks"]
+    assert proxy["depends_on"] == {"api": {"condition": "service_healthy"}}
+    assert proxy["volumes"] == ["${GRADER_TLS_DIR:-../tls}:/etc/kernel-grader/tls:ro"]
+    assert "env_file" not in proxy, "the proxy needs no secret of the service"
+    assert proxy["user"].split(":")[0] not in {"0", "root"}
+    assert proxy["read_only"] is True and proxy["cap_drop"] == ["ALL"]
+    assert "no-new-privileges:true" in proxy["security_opt"]
+    assert "/tls/" in (REPO / ".gitignore").read_text().splitlines()
+
+
+def test_the_proxy_terminates_tls_and_redirects_plain_http():
+    directives = _nginx_directives()
+    assert "8443 ssl http2 default_server" in directives["listen"]
+    assert directives["ssl_certificate"] == ["/etc/kernel-grader/tls/server.crt"]
+    assert directives["ssl_certificate_key"] == ["/etc/kernel-grader/tls/server.key"]
+    assert directives["ssl_protocols"] == ["TLSv1.2 TLSv1.3"]
+    assert "301 https://$host$request_uri" in directives["return"]
+    assert set(directives["proxy_pass"]) == {"http://api"}
+    assert directives["deny"] == ["all"]  # /healthz and /metrics: staff only
+
+
+def test_the_proxy_deadlines_and_limits_fit_the_api():
+    """The proxy's own read deadlines and body limit sit in front of the API's: bodies whole
+    before the API is asked, no route's largest body refused by the proxy, a long-poll's
+    longest wait shorter than the proxy's read timeout."""
+    from api.bodies import MAX_ROSTER_BYTES
+    from api.routes.submissions import MAX_WAIT_S
+    from api.uploads import FRAMING_ALLOWANCE_BYTES
+    from submissions.settings import Settings
+
+    directives = _nginx_directives()
+    body_limit = _nginx_size(directives["client_max_body_size"][0])
+    assert body_limit >= MAX_ROSTER_BYTES
+    assert body_limit >= Settings.model_fields["max_upload_bytes"].default + FRAMING_ALLOWANCE_BYTES
+    assert directives["proxy_request_buffering"] == ["on"]
+    for name in ("client_header_timeout", "client_body_timeout", "send_timeout"):
+        assert 0 < _nginx_seconds(directives[name][0]) <= 30, name
+    assert _nginx_seconds(directives["client_header_timeout"][0]) <= \
+        Settings.model_fields["api_header_timeout_s"].default
+    assert _nginx_seconds(directives["proxy_read_timeout"][0]) > MAX_WAIT_S
+    assert directives["pid"] == ["/tmp/nginx.pid"]  # the root is read-only; /tmp is a tmpfs
+
+
+def test_the_proxy_image_is_debians_nginx_unprivileged():
+    dockerfile = (DOCKER / "proxy.Dockerfile").read_text()
+    assert "apt-get install -y --no-install-recommends nginx" in dockerfile
+    assert "ARG BASE_IMAGE=debian:bookworm-slim" in dockerfile
+    assert "USER 10002:10002" in dockerfile
+    assert "COPY docker/proxy/nginx.conf /etc/nginx/nginx.conf" in dockerfile
+    allowlist = (DOCKER / "proxy.Dockerfile.dockerignore").read_text().split()
+    assert allowlist[-2:] == ["*", "!docker/proxy/nginx.conf"]

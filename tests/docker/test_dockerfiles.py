@@ -48,8 +48,9 @@ def _arg_defaults(name: str) -> dict[str, str]:
     return dict(rest.split("=", 1) for word, rest in _instructions(name) if word == "ARG" and "=" in rest)
 
 
-def test_there_are_two_images():
-    assert DOCKERFILES == ["api.Dockerfile", "worker.Dockerfile"]
+def test_there_are_three_images():
+    # The API, the worker, and the TLS proxy of compose.tls.yaml (Debian's nginx).
+    assert DOCKERFILES == ["api.Dockerfile", "proxy.Dockerfile", "worker.Dockerfile"]
 
 
 def _lint(path: Path, cwd: Path) -> list[dict]:

@@ -240,3 +240,32 @@ def test_a_grader_that_cannot_be_started_ahead_does_not_stop_the_worker(committe
         if worker._warm is not None:
             worker._warm.close()
     assert _status(committed_db, submission_id).status == "passed"
+
+
+def test_no_lease_lost_is_logged_after_the_result_is_stored(committed_db, api, monkeypatch,
+                                                            caplog) -> None:
+    """Storing a result clears its lease token, so the heartbeat's next renewal fails: that
+    is the store's doing, not a lost lease (issue 24: "lease lost" logged after a stored
+    result). The worker lingers 0.5 s after the store here, so that renewals surely run."""
+    settings = committed_db.settings(heartbeat_interval_s=0.05)
+    _, token = create_student(api)
+    submission_id = upload(api, token, kernel_source()).json()["id"]
+    worker = Worker(settings, committed_db.session_factory, worker_id="w1")
+    keep_result = Worker._keep_result
+
+    def keep_result_then_linger(self, result) -> None:  # noqa: ANN001
+        keep_result(self, result)
+        threading.Event().wait(0.5)
+
+    monkeypatch.setattr(Worker, "_keep_result", keep_result_then_linger)
+    thread = threading.Thread(target=worker.run_forever)
+    with caplog.at_level("INFO", logger="submissions.worker"):
+        thread.start()
+        try:
+            wait_until(lambda: _status(committed_db, submission_id).status == "passed",
+                       timeout=30)
+            wait_until(lambda: worker._current is None, timeout=10, message="job finished")
+        finally:
+            worker.request_stop()
+            thread.join(timeout=10)
+    assert "lease lost" not in caplog.text, caplog.text
