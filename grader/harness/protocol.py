@@ -40,6 +40,63 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
+# ---- tolerances (the one rule; read by the parent's checks and by the replay timer) -------
+class Tolerance(BaseModel):
+    """Per-element bound ``|got - expected| <= atol + rtol * scale + vtol * (|expected| + slack) + slack``.
+
+    The one definition of an output's tolerance: the parent's checks (grader/checks.py
+    ``compare``) and the trusted replay timer (replay_child.py, timed outputs) both call
+    ``allowed``, and it travels to the timer inside ``BenchmarkPlan`` as this model.
+
+    ``scale`` is chosen by the assignment from the terms that form each output element (for
+    the softmax VJP: |y| * (|g| + |dot| + sum|y*g|)), so the arithmetic part of the bound
+    follows the row's own magnitude: an all-zero answer cannot pass on long rows, where every
+    element is O(1/N). ``vtol`` covers rounding the result to a narrow output dtype, which is
+    relative to the value itself, not to the terms that made it; keeping it out of ``rtol``
+    keeps a low-precision dot (whose error scales with the terms) visible.
+
+    Attributes:
+        rtol: relative to ``scale`` (error of fp32 arithmetic on the given inputs).
+        atol: absolute floor, in output units; well below any magnitude the checks produce.
+        why: where the numbers come from (stored with a failing check's result).
+        vtol: relative to |expected| (rounding of the stored result), default 0.
+        summary: the reason in a few words, for the one-line failure message.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rtol: float = Field(ge=0.0)
+    atol: float = Field(ge=0.0)
+    why: str
+    vtol: float = Field(0.0, ge=0.0)
+    summary: str = ""
+
+    def allowed(self, expected, scale, slack=None):
+        """The allowed absolute error per element (fp64 tensors of one shape, any device).
+
+        ``slack`` (optional, same shape, >= 0): error that arithmetic the assignment allows
+        makes beyond fp32 rounding, computed exactly from the inputs (for the softmax VJP:
+        products rounded to the input dtype, oracle.product_rounding_slack). It is added as it
+        is, and the rounding of the stored result (``vtol``) applies to the value that
+        arithmetic produced, which lies within ``slack`` of ``expected``.
+        """
+        if slack is None:
+            return self.atol + self.rtol * scale + self.vtol * expected.abs()
+        return self.atol + self.rtol * scale + self.vtol * (expected.abs() + slack) + slack
+
+    def bound(self) -> str:
+        value_part = f" + {self.vtol:.3g} x |expected|" if self.vtol else ""
+        return f"{self.atol:.3g} + {self.rtol:.3g} x scale{value_part}"
+
+    def describe(self) -> str:
+        """The bound with its full reason (stored in the result as ``tolerance``)."""
+        return f"{self.bound()} ({self.why})"
+
+    def describe_short(self) -> str:
+        """The bound with a few-word reason, for failure messages (docs/checks.md has the rest)."""
+        return f"{self.bound()} ({self.summary or self.why}; see docs/checks.md)"
+
+
 # ---- parent -> child ---------------------------------------------------------------------
 class TensorSpec(_Model):
     """A strided view of one flat base buffer of ``inputs.safetensors`` (torch.as_strided).
@@ -470,3 +527,249 @@ class Recording(_Model):
                                                                         and arg.value is None):
                         raise ValueError("a launch's argument kind differs from its kernel's signature")
         return self
+
+
+# ---- the timing side: parent <-> trusted replay timer, parent <-> peers child --------------
+# Written by trusted code on both sides (the parent, replay_child.py, bench_child.py); typed so
+# that one definition is read and written by both, and the tolerance travels as the checks'
+# own ``Tolerance``. The replay timer's inputs come from the validated recording only.
+class TimingOptions(_Model):
+    """Sampling settings of the timing children (grader.benchmark.BenchmarkOptions's child part).
+
+    Units: seconds, bytes. ``timing.Timer`` reads them as a dict (``model_dump()``).
+    """
+
+    sets: int = Field(4, ge=1, le=64)
+    budget_s: float = Field(0.4, gt=0)
+    event_budget_s: float = Field(0.15, gt=0)
+    min_samples: int = Field(25, ge=1)
+    max_samples: int = Field(3000, ge=1)
+    target_rel_sem: float = Field(0.002, gt=0)
+    warmup_s: float = Field(0.05, ge=0)
+    flush_bytes: int = Field(0, ge=0)
+    sample_rows: int = Field(8, ge=1)
+    save_full: bool = True
+    compile_peer: bool = True
+    copy_bytes: int = Field(1 << 30, ge=1 << 20)
+    copy_bandwidth: bool = True
+    streaming_probe: bool = True
+    tensor_core_peak: bool = False
+
+
+#: An axis of a tensor in a timed verification: the name of a drawn dimension (its elements
+#: are restricted to the indices drawn for that dimension) or None (the whole axis).
+Axis = str | None
+
+
+class TimedOutput(_Model):
+    """One output of a timed call: which of its elements are verified, and under which bound.
+
+    Attributes:
+        name: the assignment's output name (``dx``, ``out``, ``dw``).
+        axes: per axis of the output, the drawn dimension that selects it, or None (every index).
+        tolerance: the checks' own tolerance of this output in the row's dtype.
+    """
+
+    name: Name
+    axes: list[Axis]
+    tolerance: Tolerance
+
+
+class TimedVerification(_Model):
+    """How every timed call of one row is verified (replay_child.py ``check_timed_outputs``).
+
+    After each timed call the timer draws ``draws[dim]`` random indices of every drawn
+    dimension; each output is compared on the elements its ``axes`` select, against the
+    assignment's ``benchmark_oracle(pristine inputs, drawn indices)``; each tensor input,
+    selected by ``input_axes``, must be bitwise unchanged there.
+
+    Attributes:
+        draws: dimension name -> how many indices are drawn per timed call (>= 1).
+        outputs: the outputs in the order the call returns them.
+        input_axes: per positional argument, its axes (None for a scalar or an input not
+            compared, e.g. a 0-d upstream gradient).
+    """
+
+    draws: dict[Name, int]
+    outputs: list[TimedOutput] = Field(min_length=1)
+    input_axes: list[list[Axis] | None]
+
+    @model_validator(mode="after")
+    def _draws_are_named(self) -> TimedVerification:
+        named = {axis for out in self.outputs for axis in out.axes} | {
+            axis for axes in self.input_axes if axes for axis in axes}
+        unknown = (named - {None}) - set(self.draws)
+        if unknown:
+            raise ValueError(f"axes name dimensions that are not drawn: {sorted(unknown)}")
+        if any(count < 1 for count in self.draws.values()):
+            raise ValueError("every drawn dimension needs at least one index")
+        return self
+
+
+class TimedRow(_Model):
+    """One benchmark row the replay timer times: bench.py ``make_inputs(shape, dtype, seed)``
+    inputs, the recorded call, and how its timed outputs are verified."""
+
+    id: Name
+    shape: list[int]
+    dtype: Literal["float32", "float16", "bfloat16"]
+    seed: int
+    recording: CallRecording
+    verification: TimedVerification
+
+
+class BenchmarkPlan(_Model):
+    """``benchmark_plan.json``: phase 2 of the replay timer (written by the parent)."""
+
+    rows: list[TimedRow]
+    options: TimingOptions
+
+
+class ReplayPlan(_Model):
+    """``replay_plan.json``: phase 1 of the replay timer (written by the parent from a
+    validated recording): the kernels, the recorded check calls and the file of their inputs
+    (keys ``<call id>|<buffer>``)."""
+
+    kernels: list[KernelRecord]
+    check_calls: list[CallRecording] = Field(default_factory=list)
+    check_inputs: str = "replay_inputs.safetensors"
+
+
+class ReplayCallStatus(_Model):
+    """What became of one replayed check call in the replay timer."""
+
+    status: Literal["ok", "error", "skipped"]
+    message: Message = ""
+
+
+class TimedVerdict(_Model):
+    """The verification of every timed call of one timing method of a row.
+
+    Attributes:
+        calls_verified: timed calls whose outputs were verified.
+        elements_outside_tolerance: compared elements over their bound (NaN counts).
+        worst_error_over_tolerance: the largest |err| / allowed, None when not finite.
+        worst_by_output: output name -> its largest |err| / allowed (None: not finite).
+        input_elements_changed: selected input elements that differ from the regenerated ones.
+        passed: calls verified, nothing outside tolerance, no input changed, a finite worst.
+    """
+
+    calls_verified: int = 0
+    elements_outside_tolerance: int = 0
+    worst_error_over_tolerance: float | None = None
+    worst_by_output: dict[Name, float | None] = Field(default_factory=dict)
+    input_elements_changed: int = 0
+    passed: bool = False
+
+
+class TimedRowResult(_Model):
+    """One row as the replay timer reports it: raw samples (the parent computes the
+    statistics), the verifications, or the error that stopped the row.
+
+    ``event``/``graph``/``wall``: timing.py's raw dicts (``samples_s``...; or ``error``).
+    ``stage_s``: wall seconds of each stage (setup, warmup, event, wall, graph).
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    id: Name
+    shape: list[int] = Field(default_factory=list)
+    dtype: Name = ""
+    error: Message | None = None
+    traceback: Message | None = None
+    fatal: bool = False
+    launches: int = 0
+    kernels: list[Name] = Field(default_factory=list)
+    stage_s: dict[Name, float] = Field(default_factory=dict)
+    event: dict[str, Any] | None = None
+    graph: dict[str, Any] | None = None
+    wall: dict[str, Any] | None = None
+    event_verified: TimedVerdict | None = None
+    graph_verified: TimedVerdict | None = None
+    persisting_l2_limit_after: int | None = None
+
+
+class ReplayResult(_Model):
+    """``replay_result.json``: what the replay timer produced, rewritten after each phase and
+    row (``phase``: the last phase that finished)."""
+
+    phase: Literal["started", "checks", "benchmark"] = "started"
+    started_unix: float | None = None
+    finished_unix: float | None = None
+    error: Message | None = None
+    benchmark_error: Message | None = None
+    benchmark_stopped: bool = False
+    gpu: dict[str, Any] | None = None
+    versions: dict[str, Any] | None = None
+    persisting_l2_control: Message | None = None
+    flush_bytes: int | None = None
+    check_calls: dict[Name, ReplayCallStatus] = Field(default_factory=dict)
+    rows: list[TimedRowResult] = Field(default_factory=list)
+
+
+class PeerRowPlan(_Model):
+    """One row of the peers child's plan."""
+
+    id: Name
+    shape: list[int]
+    dtype: Literal["float32", "float16", "bfloat16"]
+    seed: int
+
+
+class PeersPlan(_Model):
+    """``bench_plan.json``: what the peers child times (written by the parent)."""
+
+    mode: Literal["peers"] = "peers"
+    rows: list[PeerRowPlan]
+    options: TimingOptions
+    function: Name
+    module_file: Name
+    reference_file: Name | None = None
+    output_names: list[Name] = Field(default_factory=lambda: ["out"])
+
+
+class PeerRowResult(_Model):
+    """One row of the peers child's result: per implementation its raw timings and what the
+    parent's re-verification found (``verified``, added by grader/benchmark/verify.py)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: Name
+    shape: list[int] = Field(default_factory=list)
+    dtype: Name = ""
+    impls: dict[Name, dict[str, Any]] = Field(default_factory=dict)
+    streaming_probe: dict[str, Any] | None = None
+    outputs_file: Name | None = None
+    error: Message | None = None
+
+
+class PeersResult(_Model):
+    """``bench_result.json`` (or ``bench_progress.json`` while running): the peers child's
+    environment, measured peaks and rows.
+
+    Attributes:
+        copy_bandwidth: timing.measure_copy_bandwidth's result (``bytes_per_s``...).
+        tensor_core_throughput: dtype name -> {"flops_per_s", "shape", ...}: the measured
+            matrix-multiply peak (compute and roofline floors), when measured.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    mode: Literal["peers"] = "peers"
+    rows: list[PeerRowResult] = Field(default_factory=list)
+    started_unix: float | None = None
+    finished_unix: float | None = None
+    error: Message | None = None
+    gpu: dict[str, Any] | None = None
+    gpu_after: dict[str, Any] | None = None
+    versions: dict[str, Any] | None = None
+    copy_bandwidth: dict[str, Any] | None = None
+    tensor_core_throughput: dict[Name, dict[str, Any]] = Field(default_factory=dict)
+    flush_bytes: int | None = None
+    persisting_l2_control: Message | None = None
+    persisting_l2_limit_at_start: int | None = None
+    complete: bool = False
+    returncode: int | None = None
+    log_tail: Message = ""
+    duration_s: float | None = None
+    cached_from: Message | None = None
