@@ -206,6 +206,8 @@ class CallEvidence:
         replay_out: the output of the call's recorded launches replayed on its replay inputs
             (by the child under the interpreter, by the trusted replay process on a GPU).
         replay_error: why there is no replay output although the call was recorded.
+        more_outs / more_replay_outs: a tuple-returning call's further outputs (output 1, 2,
+            ...), as read back and as replayed; ``outs()`` and ``replay_outs()`` give them all.
     """
 
     report: CallReport | None
@@ -213,6 +215,16 @@ class CallEvidence:
     bases_after: dict[str, torch.Tensor] = field(default_factory=dict)
     replay_out: torch.Tensor | None = None
     replay_error: str | None = None
+    more_outs: list[torch.Tensor | None] = field(default_factory=list)
+    more_replay_outs: list[torch.Tensor | None] = field(default_factory=list)
+
+    def outs(self) -> list[torch.Tensor | None]:
+        """Every output as read back, in return order."""
+        return [self.out, *self.more_outs]
+
+    def replay_outs(self) -> list[torch.Tensor | None]:
+        """Every output of the replayed launches, in return order."""
+        return [self.replay_out, *self.more_replay_outs]
 
 
 @dataclass

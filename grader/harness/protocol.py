@@ -189,6 +189,7 @@ class CheckPlan(_Model):
 
     ``precompile_threads``: threads for the compile-only pass over the planned calls before
     the checks (GPU only; 0: no such pass, each specialisation compiles at its first launch).
+    ``outputs``: how many tensors a call returns (1: a tensor; more: a tuple of that many).
     """
 
     function: str
@@ -196,6 +197,7 @@ class CheckPlan(_Model):
     device: str
     other_device: str
     steps: list[StepSpec]
+    outputs: int = Field(1, ge=1, le=8)
     benchmark_rows: list[BenchmarkRowSpec] = Field(default_factory=list)
     precompile_threads: int = Field(0, ge=0, le=64)
 
@@ -238,17 +240,23 @@ class ReplayReport(_Model):
 
 
 class CallReport(_Model):
-    """How one round of one call went, as the child reports it."""
+    """How one round of one call went, as the child reports it (``out``: the returned tensor,
+    or the first of a tuple; ``more_outputs``: the tuple's others)."""
 
     id: Name
     status: Literal["ok", "raised", "not_tensor"] = "raised"
     exception: ExceptionReport | None = None
     returned_type: Name | None = None
     out: OutputMeta | None = None
+    more_outputs: list[OutputMeta] = Field(default_factory=list, max_length=7)
     launches: int = Field(0, ge=0)
     duration_s: float = Field(0.0, ge=0.0)
     fatal: bool = False
     replay: ReplayReport | None = None
+
+    def outputs(self) -> list[OutputMeta]:
+        """What the child saw of every returned tensor, in return order."""
+        return [] if self.out is None else [self.out, *self.more_outputs]
 
 
 class StepReport(_Model):
@@ -299,7 +307,9 @@ MAX_BUFFER_BYTES = 16 << 30
 MAX_SHARED_BYTES = 232448
 _NAME = _re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,255}$")
 _HEX64 = _re.compile(r"^[0-9a-f]{64}$")
-_BUFFER = _re.compile(r"^(arg[0-9]{1,2}|kwarg_[A-Za-z_][A-Za-z0-9_]{0,63}|out|scratch[0-9]{1,3})$")
+_BUFFER = _re.compile(r"^(arg[0-9]{1,2}|kwarg_[A-Za-z_][A-Za-z0-9_]{0,63}|out[0-9]?|scratch[0-9]{1,3})$")
+#: Most outputs one call may return (a tuple of tensors).
+MAX_OUTPUTS = 8
 
 
 def is_allowed_signature_type(text: str) -> bool:
@@ -437,7 +447,8 @@ class BufferRecord(_Model):
     """A device buffer a recorded call's launches touch.
 
     ``arg<i>``/``kwarg_<name>``: the storage of the call's tensor argument (the replay gives it
-    fresh values of the same layout); ``out``: the storage of the returned tensor; ``scratch<j>``:
+    fresh values of the same layout); ``out``: the storage of the returned tensor (``out<k>``:
+    of output k >= 1 of a call that returns several); ``scratch<j>``:
     memory the wrapper allocated for its kernels. ``out`` and scratch are fresh in the replay:
     filled with ``fill`` (as ``fill_dtype``) where the wrapper filled them with one value before
     launching (zeros for an accumulator, say), otherwise with NaN bytes, so that anything the
@@ -475,7 +486,9 @@ class CallRecording(_Model):
     Attributes:
         call_id: the planned call (or benchmark row) the recording belongs to.
         buffers: every buffer a launch points into.
-        output: the returned tensor's place in ``out`` (None: no tensor returned).
+        output: the returned tensor's place in ``out`` (None: no tensor returned); of a call
+            that returns a tuple, its first tensor.
+        more_outputs: the places of the tuple's further tensors (``out1``, ``out2``, ...).
         launches: in launch order.
         torch_ops: PyTorch operators (other than allocation, views and fills of scratch) the
             call ran on its device outside Triton launches: work the replay does not redo.
@@ -487,6 +500,7 @@ class CallRecording(_Model):
     call_id: Name
     buffers: list[BufferRecord] = Field(default_factory=list, max_length=512)
     output: OutputLayout | None = None
+    more_outputs: list[OutputLayout] = Field(default_factory=list, max_length=MAX_OUTPUTS - 1)
     launches: list[LaunchRecord] = Field(default_factory=list, max_length=MAX_LAUNCHES_PER_CALL)
     torch_ops: list[Name] = Field(default_factory=list, max_length=64)
     side_streams: int = Field(0, ge=0)
@@ -495,14 +509,21 @@ class CallRecording(_Model):
     @model_validator(mode="after")
     def _pointers_name_buffers(self) -> CallRecording:
         names = {b.name for b in self.buffers}
-        if self.output is not None and self.output.buffer not in names | {"out"}:
-            raise ValueError("the output lies in no recorded buffer")
+        for k, layout in enumerate(self.output_layouts()):
+            if layout.buffer not in names | {"out" if k == 0 else f"out{k}"}:
+                raise ValueError("an output lies in no recorded buffer")
+        if self.more_outputs and self.output is None:
+            raise ValueError("further outputs without a first one")
         sizes = {b.name: b.nbytes for b in self.buffers}
         for launch in self.launches:
             for arg in launch.args:
                 if isinstance(arg, PointerArg) and (arg.buffer not in names or arg.offset_bytes > sizes[arg.buffer]):
                     raise ValueError("a pointer argument points outside the recorded buffers")
         return self
+
+    def output_layouts(self) -> list[OutputLayout]:
+        """Every returned tensor's place, in return order (empty: none returned)."""
+        return [] if self.output is None else [self.output, *self.more_outputs]
 
 
 class Recording(_Model):

@@ -19,6 +19,7 @@ from safetensors.torch import save_file
 from grader import benchmark as bench
 from grader.assignments import get_assignment
 from grader.assignments.softmax_backward.oracle import vjp_fp64
+from grader.benchmark import cli as bench_cli
 from grader.benchmark import score
 from grader.benchmark.cli import main_benchmark, print_benchmark
 from grader.benchmark.options import benchmark_rows
@@ -357,7 +358,7 @@ def test_benchmark_command_refuses_without_a_gpu(tmp_path, capsys):
     assert "needs a CUDA GPU" in err and " us" not in err
     assert not (tmp_path / "r.json").exists()
     with pytest.raises(bench.NoGPU):
-        bench.benchmark_file(source, output=None, assignment="softmax_backward")
+        bench_cli.benchmark_file(source, output=None, assignment="softmax_backward")
 
 
 def test_print_benchmark_renders_a_table():
