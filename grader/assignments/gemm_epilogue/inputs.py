@@ -3,59 +3,53 @@ torch.Generator; all are fp64 (the plan rounds them to the call's dtype)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 
-#: Range of the bias in ``random_case``: z = a @ b + bias then spans about [-5, 3.5], through
+from grader.assignments.protocol import Case
+
+#: Range of the bias in the random case: z = a @ b + bias then spans about [-8, 6], through
 #: GELU's flat negative tail (where the erf GELU differs most) and its near-linear right side.
-BIAS_RANGE = (-3.5, 1.5)
+BIAS_RANGE = (-6.0, 4.0)
+#: Two columns of the random case get these biases (when N >= 3): exp(2y) overflows fp32 once
+#: |z| > 11, so a tanh written as (e^2y - 1)/(e^2y + 1) gives inf/inf = NaN there.
+LARGE_BIASES = (-64.0, 64.0)
 
 
-def random_case(generator: torch.Generator, m: int, n: int, k: int
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(a, b, bias): a ~ N(0, 1) (m, k), b ~ N(0, 1) * 1.5/sqrt(k) (k, n), so that a @ b has a
-    standard deviation of 1.5 at every K, and bias ~ U(BIAS_RANGE) (n,), distinct per column (a
-    bias read along rows instead shows)."""
-    a = torch.randn(m, k, generator=generator, dtype=torch.float64)
-    b = torch.randn(k, n, generator=generator, dtype=torch.float64) * (1.5 / k**0.5)
-    low, high = BIAS_RANGE
-    bias = torch.rand(n, generator=generator, dtype=torch.float64) * (high - low) + low
-    return a, b, bias
+def make_case(generator: torch.Generator, dims: Mapping[str, int], exact: bool = False) -> Case:
+    """One call's (a, b, bias), fp64, for sizes dims["M"], dims["N"], dims["K"].
 
+    exact=False: a ~ N(0, 1) (M, K); b ~ N(0, 1) * 1.5/sqrt(K) (K, N), so a @ b has a standard
+    deviation of 1.5 at every K; bias ~ U(BIAS_RANGE) (N,), distinct per column (a bias read
+    along rows shows), two random columns at LARGE_BIASES.
 
-def epilogue_case(generator: torch.Generator, m: int, n: int, k: int
-                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(a, b, bias) whose z = a @ b + bias covers GELU's whole shape: a small random product
-    (standard deviation 0.25) plus a bias that walks [-8, 8] across the columns, and in the last
-    column 64 and in the one before it -64 (exp(2y) overflows fp32 once |z| > 11, so a tanh
-    written as (e^2y - 1)/(e^2y + 1) gives NaN there). Needs n >= 3."""
-    a = torch.randn(m, k, generator=generator, dtype=torch.float64)
-    b = torch.randn(k, n, generator=generator, dtype=torch.float64) * (0.25 / k**0.5)
-    bias = torch.linspace(-8.0, 8.0, n, dtype=torch.float64)
-    bias[-2], bias[-1] = -64.0, 64.0
-    return a, b, bias
-
-
-def cancellation_case(generator: torch.Generator, m: int, n: int, k: int
-                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(a, b, bias) whose partial sums over K are far larger than the result.
-
-    The first k/2 products are positive (a, b >= 0 there), so a running sum grows to ~k/4;
-    the second half of a is the first half negated plus a small perturbation (sd 0.05) and b
-    repeats its first half, so the total falls back to ~0.3. An accumulator that rounds its
-    partial sums to fp16 (or bf16) at every K block loses ~2^-12 of ~k/4 per block, 10x more
-    than the fp32 bound allows at k = spec.ACCUMULATION_K; bias is small, so no allowed
-    rounding of z hides it.
+    exact=True (K even): partial sums far larger than the result, every one exact in fp32.
+    The first K/2 products are positive (a, b multiples of 2^-4 in [0.5, 1.5)), so a running
+    sum grows to ~K/2; the second half of a is the first half negated plus -1/16, 0 or 1/16,
+    and b repeats its first half, so the total falls back to ~0.5. Products are multiples of
+    2^-8 below 2.4 and every partial sum is below 2^8, so any fp32 summation order is exact;
+    an accumulator of fp16 or bf16 (11 or 8 bits) rounds the partial sums near K/2 by up to
+    2^-12 of them, far outside the bound once the fp32 error is 0. bias is a multiple of 2^-4
+    in [-0.5, 0.5).
 
     Raises:
-        ValueError: ``k`` is odd.
+        ValueError: exact=True with an odd K.
     """
+    m, n, k = dims["M"], dims["N"], dims["K"]
+    if not exact:
+        a = torch.randn(m, k, generator=generator, dtype=torch.float64)
+        b = torch.randn(k, n, generator=generator, dtype=torch.float64) * (1.5 / k**0.5)
+        low, high = BIAS_RANGE
+        bias = torch.rand(n, generator=generator, dtype=torch.float64) * (high - low) + low
+        if n >= 3:
+            bias[torch.randperm(n, generator=generator)[:2]] = torch.tensor(LARGE_BIASES, dtype=torch.float64)
+        return Case(values={"a": a, "b": b, "bias": bias})
     if k % 2:
-        raise ValueError(f"cancellation_case needs an even k, got {k}")
+        raise ValueError(f"the exact gemm_epilogue case needs an even K, got {k}")
     half = k // 2
-    first = torch.rand(m, half, generator=generator, dtype=torch.float64) + 0.5
-    second = -first + 0.05 * torch.randn(m, half, generator=generator, dtype=torch.float64)
-    column = torch.rand(half, n, generator=generator, dtype=torch.float64) + 0.5
-    a = torch.cat([first, second], dim=1)
-    b = torch.cat([column, column], dim=0)
-    bias = torch.rand(n, generator=generator, dtype=torch.float64) - 0.5
-    return a, b, bias
+    first = torch.randint(8, 24, (m, half), generator=generator).to(torch.float64) / 16
+    second = -first + torch.randint(-1, 2, (m, half), generator=generator).to(torch.float64) / 16
+    column = torch.randint(8, 24, (half, n), generator=generator).to(torch.float64) / 16
+    bias = torch.randint(-8, 8, (n,), generator=generator).to(torch.float64) / 16
+    return Case(values={"a": torch.cat([first, second], dim=1), "b": torch.cat([column, column], dim=0), "bias": bias})

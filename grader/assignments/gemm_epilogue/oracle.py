@@ -69,12 +69,17 @@ def gemm_gelu_fp64(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, roundin
     return gelu_tanh(z), scale, derivative * z_intermediate
 
 
-def benchmark_oracle(inputs: tuple, rows: torch.Tensor | None, rounding: float
-                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(out, scale, slack) of output rows ``rows`` (a LongTensor, or None for all) for benchmark
-    inputs (a, b, bias) as bench.py makes them; on the inputs' device. Only a's rows are
-    selected: every output row needs all of b and bias."""
+#: One ulp of each output dtype relative to the value: spec.INTERMEDIATE_ROUNDING (repeated here
+#: because this file imports only torch).
+INTERMEDIATE_ROUNDING = {torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7}
+
+
+def benchmark_oracle(inputs: tuple, index: dict[str, torch.Tensor] | None
+                     ) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """{"out": (expected, scale, slack)} of output rows ``index["M"]`` (a LongTensor; every row
+    when ``index`` is None) for benchmark inputs (a, b, bias) as bench.py makes them, on the
+    inputs' device. Only a's rows are selected: every output row needs all of b and bias."""
     a, b, bias = inputs
-    if rows is not None:
-        a = a.index_select(0, rows)
-    return gemm_gelu_fp64(a, b, bias, rounding)
+    if index is not None:
+        a = a.index_select(0, index["M"])
+    return {"out": gemm_gelu_fp64(a, b, bias, INTERMEDIATE_ROUNDING[a.dtype])}

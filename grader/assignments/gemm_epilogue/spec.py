@@ -21,6 +21,18 @@ from __future__ import annotations
 
 import torch
 
+from grader.assignments.protocol import (
+    Case,
+    CaseSpec,
+    FreshResults,
+    OutputContract,
+    RejectsMismatch,
+    RejectsRequiresGrad,
+    TensorInput,
+    TensorOutput,
+    TritonKernel,
+    ValueCheck,
+)
 from grader.checks import Tolerance
 
 # Error bound per element (grader.checks.Tolerance.allowed, with oracle.gemm_gelu_fp64's scale
@@ -64,8 +76,8 @@ from grader.checks import Tolerance
 #
 # The bound is a worst case, linear in K: at K = 4096 step 1 allows 2^-11 of s, about as much as
 # fp16 rounding. That is why the accumulation check uses K = 128, where it allows 2^-16 of s.
-TOLERANCES: dict[torch.dtype, Tolerance] = {
-    torch.float16: Tolerance(
+TOLERANCES: dict[str, Tolerance] = {
+    "float16": Tolerance(
         rtol=2.0**-23,
         atol=2.0**-24,
         vtol=2.0**-10,
@@ -77,7 +89,7 @@ TOLERANCES: dict[torch.dtype, Tolerance] = {
         "vtol 2^-10: one fp16 ulp for the result (half needed on the GPU; Triton's CPU interpreter truncates); atol "
         "2^-24: the fp16 subnormal spacing",
     ),
-    torch.bfloat16: Tolerance(
+    "bfloat16": Tolerance(
         rtol=2.0**-23,
         atol=1e-30,
         vtol=2.0**-7,
@@ -87,8 +99,15 @@ TOLERANCES: dict[torch.dtype, Tolerance] = {
     ),
 }
 #: One ulp of each dtype relative to the value: the allowed intermediate rounding (slack).
-INTERMEDIATE_ROUNDING: dict[torch.dtype, float] = {torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7}
+INTERMEDIATE_ROUNDING: dict[str, float] = {"float16": 2.0**-10, "bfloat16": 2.0**-7}
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
+
+INPUTS = (
+    TensorInput("a", ("M", "K"), strided=("transposed", "step")),
+    TensorInput("b", ("K", "N"), strided=("transposed", "step")),
+    TensorInput("bias", ("N",), strided=("step",)),
+)
+OUTPUTS = (TensorOutput("out", ("M", "N"), TOLERANCES),)
 
 # Shapes (M, N, K) of the checks. Triton specialises integer arguments divisible by 16 and each
 # distinct block configuration compiles anew, so the checks reuse a few shapes, each there for
@@ -104,6 +123,54 @@ ACCUMULATION_K = 128
 # to be compute-bound, an MLP up-projection of 8192 tokens, and a skinny decode-like one.
 BENCHMARK_SHAPES: tuple[tuple[int, int, int], ...] = ((4096, 4096, 4096), (8192, 11008, 4096), (128, 4096, 4096))
 BENCHMARK_DTYPES: tuple[str, ...] = ("float16", "bfloat16")
+
+
+def _case(m: int, n: int, k: int, dtype: str = "float16", exact: bool = False, label: str = "",
+          **layouts: str) -> CaseSpec:
+    return CaseSpec(dims={"M": m, "N": n, "K": k}, dtype=dtype, layouts=layouts, exact=exact, label=label)
+
+
+def _example() -> Case:
+    """a = [[1, 2]], b = [[1, 0], [0.5, -1]], bias = [0, -0.5]: z = [2, -2.5],
+    out = gelu_tanh(z) = [1.954597694, -0.015084266] (exact in fp64; fp16 rounds the output)."""
+    from grader.assignments.gemm_epilogue.oracle import gelu_tanh
+    z = torch.tensor([[2.0, -2.5]], dtype=torch.float64)
+    return Case(values={"a": torch.tensor([[1.0, 2.0]], dtype=torch.float64),
+                        "b": torch.tensor([[1.0, 0.0], [0.5, -1.0]], dtype=torch.float64),
+                        "bias": torch.tensor([0.0, -0.5], dtype=torch.float64)},
+                expected={"out": gelu_tanh(z)})
+
+
+def checks(device: str) -> tuple:
+    """The checks in order. The shapes are the same on the CPU interpreter and a GPU (the
+    interpreter runs one numpy matmul per tile, so these shapes take seconds there); on the CPU
+    the bfloat16 cases of the mixed checks are left out (GPU_ONLY_CHECKS says why), and
+    bfloat16_values is skipped whole."""
+    declared = (
+        ValueCheck("example_small", (_case(1, 2, 2, label="a=[[1,2]], b=[[1,0],[0.5,-1]], bias=[0,-0.5]"),),
+                   example=_example),
+        ValueCheck("float16_values", tuple(_case(m, n, k) for m, n, k in VALUE_SHAPES)),
+        ValueCheck("bfloat16_values", tuple(_case(m, n, k, "bfloat16") for m, n, k in VALUE_SHAPES)),
+        ValueCheck("epilogue_values", (_case(8, 40, 24), _case(3, 200, 16, "bfloat16"))),
+        ValueCheck("fp32_accumulation", (_case(16, 24, ACCUMULATION_K, exact=True),
+                                         _case(16, 24, ACCUMULATION_K, "bfloat16", exact=True))),
+        ValueCheck("strided_inputs", (
+            _case(37, 19, 45, a="transposed"),
+            _case(37, 19, 45, b="transposed"),
+            _case(16, 24, 32, a="transposed", b="transposed", bias="step"),
+            _case(5, 70, 100, a="step", b="step"),
+        )),
+        OutputContract("output_contract", (_case(16, 24, 32), _case(5, 7, 9))),
+        RejectsMismatch("rejects_mismatch", {"M": 5, "N": 7, "K": 9}),
+        RejectsRequiresGrad("rejects_requires_grad", {"M": 5, "N": 7, "K": 9}),
+        ValueCheck("edge_shapes", tuple(_case(m, n, k) for m, n, k in EDGE_SHAPES)),
+        FreshResults("fresh_results", _case(16, 24, 32)),
+        TritonKernel(),
+    )
+    if device != "cpu":
+        return declared
+    return tuple(ValueCheck(c.name, tuple(s for s in c.cases if s.dtype in CPU_DTYPES), c.reference, c.example)
+                 if isinstance(c, ValueCheck) and c.name not in GPU_ONLY_CHECKS else c for c in declared)
 
 CHECK_NAMES = (
     "example_small",
@@ -121,8 +188,11 @@ CHECK_NAMES = (
 )
 #: Checks that run only on a GPU: Triton 3.6's CPU interpreter multiplies the raw bits of
 #: bfloat16 operands in tl.dot (triton-lang/triton#11584: "we just don't support it yet"), so a
-#: correct bf16 kernel cannot pass there.
+#: correct bf16 kernel cannot pass there. The bf16 cases of epilogue_values and
+#: fp32_accumulation are left out on the CPU for the same reason (CPU_DTYPES).
 GPU_ONLY_CHECKS = ("bfloat16_values",)
+#: Call dtypes the CPU interpreter can run (every other case is dropped there).
+CPU_DTYPES = ("float16",)
 
 HINTS = {
     "example_small": "a=[[1,2]], b=[[1,0],[0.5,-1]], bias=[0,-0.5]: z=[2,-2.5], out=gelu(z)=[1.9546,-0.015084]",

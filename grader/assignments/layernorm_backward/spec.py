@@ -18,8 +18,6 @@ pass; each grades alike (scratch buffers are replayed as the wrapper prepared th
 
 from __future__ import annotations
 
-import torch
-
 from grader.assignments.protocol import (
     CaseSpec,
     CentralDifference,
@@ -173,7 +171,8 @@ HINTS = {
                    "mask the lanes past N (xhat there is -mean*rstd, not 0)",
     "strided_inputs": "load dy and x with their own row and column strides, w, mean and rstd with their own strides",
     "output_contract": "return fresh contiguous dx (M, N), dw (N,), db (N,) in x's dtype; never write into the inputs",
-    "rejects_mismatch": "raise (ValueError/TypeError) when shapes, dtypes or devices of dy, x, w disagree, or mean and rstd are not float32 (M,)",
+    "rejects_mismatch": "raise (ValueError/TypeError) when shapes, dtypes or devices of dy, x, w disagree, or mean "
+                        "and rstd are not float32 (M,)",
     "rejects_requires_grad": "this is an explicit backward: raise if an input requires grad",
     "edge_shapes": "handle N = 1, M = 1, odd N, rows longer than one block (loop over the row), and dw/db over "
                    "many rows (257)",
