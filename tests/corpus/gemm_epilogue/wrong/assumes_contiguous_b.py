@@ -24,7 +24,8 @@ def _gemm_gelu(a_ptr, b_ptr, bias_ptr, out_ptr, M, N, K, sam, sak, sbk, sbn, sbi
     bias = tl.load(bias_ptr + rn * sbias, mask=rn < N, other=0.0).to(tl.float32)
     z = acc + bias[None, :]
     out = z * tl.sigmoid(1.5957691216057308 * (z + 0.044715 * z * z * z))
-    tl.store(out_ptr + rm[:, None] * som + rn[None, :], out.to(out_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+    tl.store(out_ptr + rm[:, None] * som + rn[None, :],
+             out.to(out_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
 def gemm_epilogue(a, b, bias):

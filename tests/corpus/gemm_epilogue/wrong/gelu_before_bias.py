@@ -24,7 +24,8 @@ def _gemm_gelu(a_ptr, b_ptr, bias_ptr, out_ptr, M, N, K, sam, sak, sbk, sbn, sbi
         acc += tl.dot(a, b)
     bias = tl.load(bias_ptr + rn * sbias, mask=rn < N, other=0.0).to(tl.float32)
     out = acc * tl.sigmoid(1.5957691216057308 * (acc + 0.044715 * acc * acc * acc)) + bias[None, :]
-    tl.store(out_ptr + rm[:, None] * som + rn[None, :], out.to(out_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+    tl.store(out_ptr + rm[:, None] * som + rn[None, :],
+             out.to(out_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
 def gemm_epilogue(a, b, bias):

@@ -25,7 +25,8 @@ def _gemm_gelu(a_ptr, b_ptr, bias_ptr, out_ptr, M, N, K, sam, sak, sbk, sbn, sbi
     bias = tl.load(bias_ptr + rn * sbias, mask=rn < N, other=0.0).to(tl.float32)
     z = acc + bias[None, :]
     out = 0.5 * z * (1.0 + tl.erf(z * 0.7071067811865476))
-    tl.store(out_ptr + rm[:, None] * som + rn[None, :], out.to(out_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+    tl.store(out_ptr + rm[:, None] * som + rn[None, :],
+             out.to(out_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
 def gemm_epilogue(a, b, bias):

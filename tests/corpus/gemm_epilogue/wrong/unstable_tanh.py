@@ -25,7 +25,8 @@ def _gemm_gelu(a_ptr, b_ptr, bias_ptr, out_ptr, M, N, K, sam, sak, sbk, sbn, sbi
     z = acc + bias[None, :]
     e = tl.exp(2.0 * 0.7978845608028654 * (z + 0.044715 * z * z * z))
     out = 0.5 * z * (1.0 + (e - 1.0) / (e + 1.0))
-    tl.store(out_ptr + rm[:, None] * som + rn[None, :], out.to(out_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+    tl.store(out_ptr + rm[:, None] * som + rn[None, :],
+             out.to(out_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
 def gemm_epilogue(a, b, bias):
