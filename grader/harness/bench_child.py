@@ -235,7 +235,7 @@ def _write(workdir: str, name: str, document: dict) -> None:
     """Write the result so far as a ``protocol.PeersResult`` (the parent reads the same model)."""
     tmp = os.path.join(workdir, name + ".tmp")
     with _open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(protocol.PeersResult.model_validate(document).model_dump_json())
+        handle.write(protocol.PeersResult.model_validate(document).model_dump_json(fallback=str))
     os.replace(tmp, os.path.join(workdir, name))
 
 
