@@ -262,14 +262,8 @@ class PlanBuilder:
         return PlannedCheck(decl.name, calls, evaluate)
 
     def _OutputContract(self, decl: OutputContract) -> PlannedCheck:
-        specs = list(decl.cases)
-        for dtype in dict.fromkeys(spec.dtype for spec in decl.cases):
-            first = next(spec for spec in decl.cases if spec.dtype == dtype)
-            transposed = {item.name: "transposed" for item in self.tensor_inputs if len(item.dims) == 2}
-            if transposed and not any(dict(spec.layouts) == transposed and spec.dtype == dtype for spec in specs):
-                specs.append(CaseSpec(dims=first.dims, dtype=dtype, layouts=transposed, scalars=first.scalars))
         calls = []
-        for spec in specs:
+        for spec in contract_cases(self.declared.inputs, decl.cases):
             call = self.value_call(f"{decl.name}/{len(calls)}", spec)
             call.save_inputs_after = True
             calls.append(call)
@@ -376,6 +370,21 @@ class PlanBuilder:
         return decl.build(self.plan, self.declared)
 
 
+def contract_cases(inputs: tuple, cases: tuple[CaseSpec, ...]) -> list[CaseSpec]:
+    """The output contract's cases: ``cases``, and for each call dtype among them one more with
+    every 2-D tensor input transposed (unless a case already has exactly that), with the sizes
+    of that dtype's first case. ``torch.empty_like`` of a transposed input keeps its strides
+    (1, M), so a kernel that allocates its output that way returns a non-contiguous tensor
+    there; with contiguous inputs alone the contract could not see it."""
+    specs = list(cases)
+    transposed = {item.name: "transposed" for item in inputs if isinstance(item, TensorInput) and len(item.dims) == 2}
+    for dtype in dict.fromkeys(spec.dtype for spec in cases):
+        first = next(spec for spec in cases if spec.dtype == dtype)
+        if transposed and not any(dict(spec.layouts) == transposed and spec.dtype == dtype for spec in specs):
+            specs.append(CaseSpec(dims=first.dims, dtype=dtype, layouts=transposed, scalars=first.scalars))
+    return specs
+
+
 def build_plan(declared: Declared, *, seed: int, device: str, check_names: tuple[str, ...] | None = None) -> Plan:
     """Every declared check's calls and oracles for one grading run, in declaration order.
 
@@ -406,4 +415,4 @@ def dims_label(dims: Mapping[str, int]) -> str:
     return "(" + ", ".join(f"{k}={v}" for k, v in dims.items()) + ")"
 
 
-__all__ = ["PlanBuilder", "build_plan", "dims_label", "dtype_name"]
+__all__ = ["PlanBuilder", "build_plan", "contract_cases", "dims_label", "dtype_name"]
