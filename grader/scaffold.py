@@ -144,7 +144,7 @@ def benchmark_oracle(inputs: tuple, index):
 BENCH_PY = '''"""``{name}``'s benchmark inputs and peers (torch only; bound into the timing children).
 
 Names the timing harness reads: ARGUMENTS, make_inputs, refill_inputs, expected_output, PEERS,
-COMPILED_PEER, STREAMING_PROBE (grader/assignments/softmax_backward/bench.py describes each).
+COMPILED_PEER, STREAMING_PROBE (docs/authoring.md, step 6, describes each).
 """
 
 from __future__ import annotations
