@@ -738,15 +738,17 @@ class PeerRowPlan(_Model):
 
 
 class PeersPlan(_Model):
-    """``bench_plan.json``: what the peers child times (written by the parent)."""
+    """``bench_plan.json``: what the peers child times (written by the parent). ``selection``:
+    which elements of each output it keeps for the parent's re-verification (the same axes as
+    the replay timer's; its tolerances are those of the first row's dtype, unused there)."""
 
     mode: Literal["peers"] = "peers"
     rows: list[PeerRowPlan]
     options: TimingOptions
     function: Name
     module_file: Name
+    selection: TimedVerification
     reference_file: Name | None = None
-    output_names: list[Name] = Field(default_factory=lambda: ["out"])
 
 
 class PeerRowResult(_Model):

@@ -76,7 +76,7 @@ def _load_module(name: str):
 def _write(workdir: str, document: protocol.ReplayResult) -> None:
     tmp = os.path.join(workdir, "replay_result.json.tmp")
     with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(document.model_dump_json())
+        handle.write(document.model_dump_json(fallback=str))
     os.replace(tmp, os.path.join(workdir, "replay_result.json"))
 
 

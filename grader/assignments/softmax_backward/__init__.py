@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from grader.assignments.protocol import BenchmarkSpec, Floor, TensorInput, TensorOutput, TimedSelection
+from grader.assignments.protocol import BenchmarkSpec, Floor, TensorOutput, TimedSelection
 from grader.assignments.softmax_backward import spec
 from grader.assignments.softmax_backward.checks import build_plan
 from grader.assignments.softmax_backward.oracle import benchmark_oracle
@@ -31,7 +31,7 @@ class SoftmaxBackward:
     """``softmax_backward(y, g) -> dx`` (grader.assignments.protocol.Assignment)."""
 
     manifest = get_manifest("softmax_backward")
-    inputs = (TensorInput("y", ("M", "N")), TensorInput("g", ("M", "N")))
+    inputs = spec.INPUTS
     outputs = (TensorOutput("dx", ("M", "N"), {str(dtype).replace("torch.", ""): tol
                                               for dtype, tol in spec.TOLERANCES.items()}),)
     check_names = spec.CHECK_NAMES

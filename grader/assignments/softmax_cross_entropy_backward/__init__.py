@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from grader.assignments.protocol import BenchmarkSpec, Floor, ScalarInput, TensorInput, TensorOutput, TimedSelection
+from grader.assignments.protocol import BenchmarkSpec, Floor, TensorOutput, TimedSelection
 from grader.assignments.softmax_cross_entropy_backward import spec
 from grader.assignments.softmax_cross_entropy_backward.checks import build_plan
 from grader.assignments.softmax_cross_entropy_backward.oracle import benchmark_oracle
@@ -35,8 +35,7 @@ class SoftmaxCrossEntropyBackward:
     (grader.assignments.protocol.Assignment)."""
 
     manifest = get_manifest("softmax_cross_entropy_backward")
-    inputs = (TensorInput("x", ("M", "C")), TensorInput("t", ("M",), dtype="int64", float_input=False),
-              TensorInput("grad", (), dtype="float32", strided=()), ScalarInput("ignore_index", -100))
+    inputs = spec.INPUTS
     outputs = (TensorOutput("dx", ("M", "C"), {str(dtype).replace("torch.", ""): tol
                                               for dtype, tol in spec.TOLERANCES.items()}),)
     check_names = spec.CHECK_NAMES
