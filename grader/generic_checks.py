@@ -283,7 +283,7 @@ class PlanBuilder:
         return evaluate
 
     def _RejectsMismatch(self, decl: RejectsMismatch) -> PlannedCheck:
-        spec = CaseSpec(dims=decl.dims)
+        spec = CaseSpec(dims=decl.dims, dtype=decl.dtype)
         case = self.case(spec)
         args, kwargs, _ = self.place(case, spec)
         calls = []
@@ -291,25 +291,26 @@ class PlanBuilder:
             for axis, dim in enumerate(item.dims):
                 longer = self.case(CaseSpec(dims={**decl.dims, dim: decl.dims[dim] + 1}))
                 wrong = list(args)
-                wrong[position] = self.plan.bank.view(longer.values[item.name], self.input_dtype(item, "float32"))
+                wrong[position] = self.plan.bank.view(longer.values[item.name], self.input_dtype(item, decl.dtype))
                 calls.append(self.raise_call(f"{decl.name}/{item.name}_{dim}", f"{item.name} with {dim} + 1 along axis "
                                              f"{axis} ({tuple(wrong[position].size)})", wrong, kwargs))
             if len(item.dims) == 2 and decl.dims[item.dims[0]] != decl.dims[item.dims[1]]:
                 wrong = list(args)
                 values = case.values[item.name].t().contiguous()
-                wrong[position] = self.plan.bank.view(values, self.input_dtype(item, "float32"))
+                wrong[position] = self.plan.bank.view(values, self.input_dtype(item, decl.dtype))
                 calls.append(self.raise_call(f"{decl.name}/{item.name}_transposed_shape",
                                              f"{item.name} of shape {tuple(values.shape)} (its dims swapped)", wrong, kwargs))
             if item.float_input:
                 wrong = list(args)
-                other = "float16" if item.dtype in ("call", "float32") else "float32"
+                own = decl.dtype if item.dtype == "call" else item.dtype
+                other = "float32" if own != "float32" else "float16"
                 wrong[position] = self.plan.bank.view(case.values[item.name], _torch_dtype(other))
                 calls.append(self.raise_call(f"{decl.name}/{item.name}_dtype", f"{item.name} in {other}, the others "
-                                             "float32", wrong, kwargs))
+                                             f"{decl.dtype}", wrong, kwargs))
         last = max(i for i, item in enumerate(self.tensor_inputs) if item.dims)
         wrong = list(args)
         moved = self.plan.bank.view(case.values[self.tensor_inputs[last].name],
-                                    self.input_dtype(self.tensor_inputs[last], "float32"))
+                                    self.input_dtype(self.tensor_inputs[last], decl.dtype))
         moved.device = "other"
         wrong[last] = moved
         calls.append(self.raise_call(f"{decl.name}/device", f"{self.tensor_inputs[last].name} on another device",
@@ -317,7 +318,7 @@ class PlanBuilder:
         return PlannedCheck(decl.name, calls, self._raises(decl.name))
 
     def _RejectsRequiresGrad(self, decl: RejectsRequiresGrad) -> PlannedCheck:
-        spec = CaseSpec(dims=decl.dims)
+        spec = CaseSpec(dims=decl.dims, dtype=decl.dtype)
         case = self.case(spec)
         calls = []
         for position, item in enumerate(self.tensor_inputs):

@@ -214,18 +214,22 @@ class OutputContract:
 class RejectsMismatch:
     """Calls that must raise: for every tensor input in turn, one axis one longer (a shape that
     disagrees with the others), a float input in another float dtype, and one input on another
-    device (``dims`` gives the sizes)."""
+    device (``dims`` gives the sizes; ``dtype`` the call dtype of the other inputs, one the
+    assignment accepts, so that only the one mismatch can make a call raise)."""
 
     name: str
     dims: Mapping[str, int]
+    dtype: DtypeName = "float32"
 
 
 @dataclass(frozen=True)
 class RejectsRequiresGrad:
-    """Calls that must raise: each float input with requires_grad=True in turn."""
+    """Calls that must raise: each float input with requires_grad=True in turn (in call dtype
+    ``dtype``, one the assignment accepts)."""
 
     name: str
     dims: Mapping[str, int]
+    dtype: DtypeName = "float32"
 
 
 @dataclass(frozen=True)
