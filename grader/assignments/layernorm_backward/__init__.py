@@ -15,6 +15,7 @@ from grader.assignments.layernorm_backward.inputs import make_case
 from grader.assignments.layernorm_backward.oracle import benchmark_oracle, layernorm_backward_fp64
 from grader.assignments.protocol import BenchmarkSpec, Declared, Floor, OutputOracle, TimedSelection
 from grader.checks import Tolerance
+from grader.generic_checks import build_plan
 from grader.manifest import get_manifest
 
 HERE = Path(__file__).resolve().parent
@@ -56,18 +57,18 @@ class LayernormBackward:
     benchmark = BenchmarkSpec(
         shapes=spec.BENCHMARK_SHAPES,
         dtypes=spec.BENCHMARK_DTYPES,
-        baseline="aten_native_layer_norm_backward",
-        peers=("aten_native_layer_norm_backward", "torch_fp32_expression", "reference",
+        baseline="torch_fp32_expression",
+        peers=("torch_fp32_expression", "aten_native_layer_norm_backward", "reference",
                "torch_compile_fp32_expression"),
         scopes={
             "student": "one call of the submission's layernorm_backward(dy, x, w, mean, rstd): its Python wrapper "
                        "(validation, output and scratch allocation, zeroing) and every kernel it launches",
-            "aten_native_layer_norm_backward": "the assignment's baseline: torch.ops.aten.native_layer_norm_backward "
+            "aten_native_layer_norm_backward": "torch.ops.aten.native_layer_norm_backward "
                                                "(dy, x, (N,), mean, rstd, w, None, [True, True, True]): the kernels "
                                                "LayerNorm's autograd node runs (dx, then dw and db by a column "
                                                "reduction)",
-            "torch_fp32_expression": "the closed form in PyTorch: casts to fp32, xhat, the two row sums, dx, and dw, "
-                                     "db as column sums, then casts back",
+            "torch_fp32_expression": "the assignment's baseline: the closed form in PyTorch operators: casts to fp32, "
+                                     "xhat, the two row sums, dx, and dw, db as column sums, then casts back",
             "reference": "the course reference kernels (grader/assignments/layernorm_backward/reference.py) with "
                          "their wrapper",
             "torch_compile_fp32_expression": "torch.compile(torch_fp32_expression, dynamic=False, fullgraph=True), "
@@ -83,9 +84,7 @@ class LayernormBackward:
     )
 
     def build_plan(self, *, seed: int, device: str):
-        from grader.generic_checks import build_plan  # the generic checks (docs/authoring.md)
-
-        return build_plan(self, seed=seed, device=device)
+        return build_plan(DECLARED, seed=seed, device=device, check_names=self.check_names)
 
     def tolerance(self, dtype: torch.dtype, output: str | None = None) -> Tolerance:
         return spec.TOLERANCES[str(dtype).replace("torch.", "")]
