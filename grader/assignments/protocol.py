@@ -212,8 +212,8 @@ class OutputContract:
 
 @dataclass(frozen=True)
 class RejectsMismatch:
-    """Calls that must raise: for every tensor input in turn, one axis one longer (a shape that
-    disagrees with the others), a float input in another float dtype, and one input on another
+    """Calls that must raise: for every tensor input in turn, each axis it shares with another
+    input one longer (a shape that disagrees with the others), a float input in another float dtype, and one input on another
     device (``dims`` gives the sizes; ``dtype`` the call dtype of the other inputs, one the
     assignment accepts, so that only the one mismatch can make a call raise)."""
 
