@@ -28,7 +28,8 @@ def make_case(generator: torch.Generator, dims: Mapping[str, int], exact: bool =
     The first K/2 products are positive (a, b multiples of 2^-4 in [0.5, 1.5)), so a running
     sum grows to ~K/2; the second half of a is the first half negated plus -1/16, 0 or 1/16,
     and b repeats its first half, so the total falls back to ~0.5. Products are multiples of
-    2^-8 below 2.4 and every partial sum is below 2^8, so any fp32 summation order is exact;
+    2^-8 below 2.4 and every partial sum is below 2^9 for K <= 256, so any fp32 summation order is
+    exact;
     an accumulator of fp16 or bf16 (11 or 8 bits) rounds the partial sums near K/2 by up to
     2^-12 of them, far outside the bound once the fp32 error is 0. bias is a multiple of 2^-4
     in [-0.5, 0.5).

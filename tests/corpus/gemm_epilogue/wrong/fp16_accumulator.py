@@ -1,8 +1,11 @@
-"""gemm_epilogue whose accumulator has the inputs' dtype ("fp16 in, fp16 math"): every
-K block's tl.dot result is added into an fp16/bf16 running total, which rounds the partial
-sums at every step.
+"""gemm_epilogue whose accumulator has the inputs' dtype ("fp16 in, fp16 math"): tl.dot is
+given an fp16 accumulator (acc = tl.dot(a, b, acc) with acc fp16, so its out_dtype is fp16),
+which rounds the running sum after every K block of 128. On the checks' random inputs (K up to
+129: one or two blocks) that is no more than the allowed rounding of the accumulator; on the
+cancelling inputs of fp32_accumulation (K = 256) the partial sum after the first block is ~100
+times the result and its rounding several times the bound.
 
-Expected failed checks: float16_values, fp32_accumulation, strided_inputs, edge_shapes
+Expected failed checks: fp32_accumulation
 """
 import torch
 import triton
@@ -16,12 +19,12 @@ def _gemm_gelu(a_ptr, b_ptr, bias_ptr, out_ptr, M, N, K, sam, sak, sbk, sbn, sbi
     pid_n = tl.program_id(1)
     rm = pid_m * BM + tl.arange(0, BM)
     rn = pid_n * BN + tl.arange(0, BN)
-    acc = tl.zeros((BM, BN), dtype=a_ptr.dtype.element_ty)
+    acc = tl.zeros((BM, BN), dtype=tl.float16)
     for k0 in range(0, K, BK):
         rk = k0 + tl.arange(0, BK)
         a = tl.load(a_ptr + rm[:, None] * sam + rk[None, :] * sak, mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
         b = tl.load(b_ptr + rk[:, None] * sbk + rn[None, :] * sbn, mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
-        acc += tl.dot(a, b).to(a_ptr.dtype.element_ty)
+        acc = tl.dot(a, b, acc, out_dtype=tl.float16)
     bias = tl.load(bias_ptr + rn * sbias, mask=rn < N, other=0.0).to(tl.float32)
     z = acc.to(tl.float32) + bias[None, :]
     out = z * tl.sigmoid(1.5957691216057308 * (z + 0.044715 * z * z * z))
@@ -41,7 +44,7 @@ def gemm_epilogue(a, b, bias):
     M, K = a.shape
     N = b.shape[1]
     out = torch.empty((M, N), dtype=a.dtype, device=a.device)
-    BM, BN, BK = 32, 32, 32
+    BM, BN, BK = 32, 32, 128
     _gemm_gelu[(triton.cdiv(M, BM), triton.cdiv(N, BN))](a, b, bias, out, M, N, K, a.stride(0), a.stride(1),
                                                          b.stride(0), b.stride(1), bias.stride(0), out.stride(0),
                                                          BM=BM, BN=BN, BK=BK)
