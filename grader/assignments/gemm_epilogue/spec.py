@@ -74,7 +74,7 @@ from grader.plan import PlannedCheck
 # Not allowed, and caught: an accumulator of the input dtype (each partial sum rounds to 11 or 8
 # bits; the exact inputs of fp32_accumulation make the partial sums ~100 times the result, so
 # the roundings show several times outside the bound), the erf GELU (above), GELU applied before the bias, or
-# tanh as (e^2y - 1)/(e^2y + 1) (inf/inf = NaN once |z| > 11, inputs.epilogue_case).
+# tanh as (e^2y - 1)/(e^2y + 1) (inf/inf = NaN once |z| > 11: inputs.LARGE_BIASES).
 #
 # The bound is a worst case, linear in K: at K = 4096 step 1 allows 2^-11 of s, about as much as
 # fp16 rounding. That is why the accumulation check uses K = 256, where it allows 2^-15 of s.

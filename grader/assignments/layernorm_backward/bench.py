@@ -3,7 +3,8 @@
 Bound into the benchmark children (as /harness/assignment_bench.py) and imported there, so it
 imports only torch; the parent imports it too (``make_inputs``) to regenerate bit-identical
 inputs on the same GPU. The names the generic timing harness reads are those of
-grader/assignments/softmax_backward/bench.py, with OUTPUTS for the tuple this call returns.
+grader/assignments/softmax_backward/bench.py, with ``expected_outputs`` (one (shape, dtype) per
+output) for the tuple this call returns.
 """
 
 from __future__ import annotations
@@ -48,10 +49,10 @@ def refill_inputs(inputs: list, generator: torch.Generator) -> None:
     rstd.copy_(new_rstd)
 
 
-def expected_output(inputs: tuple) -> tuple[tuple[tuple[int, ...], torch.dtype], ...]:
-    """(dx, dw, db): x's shape, then w's twice, all of x's dtype."""
+def expected_outputs(inputs: tuple) -> list[tuple[tuple[int, ...], torch.dtype]]:
+    """[(shape, dtype)] of dx, dw, db: x's shape, then w's twice, all of x's dtype."""
     _, x, w, _, _ = inputs
-    return (tuple(x.shape), x.dtype), (tuple(w.shape), x.dtype), (tuple(w.shape), x.dtype)
+    return [(tuple(x.shape), x.dtype), (tuple(w.shape), x.dtype), (tuple(w.shape), x.dtype)]
 
 
 def aten_native_layer_norm_backward(dy, x, w, mean, rstd):
