@@ -1,4 +1,7 @@
-"""Building blocks shared by assignments: tolerances and scale-aware comparison.
+"""Building blocks shared by assignments: scale-aware comparison under a ``Tolerance``.
+
+``Tolerance`` is defined once in grader/harness/protocol.py (the replay timer applies the same
+rule to timed outputs) and re-exported here.
 
 A check's verdict is decided here, in the trusted parent, from tensors it read back from the
 child as plain numbers. Nothing the submission printed or returned as metadata can pass a
@@ -11,56 +14,9 @@ from dataclasses import dataclass
 
 import torch
 
+from grader.harness.protocol import Tolerance
 
-@dataclass(frozen=True)
-class Tolerance:
-    """Per-element tolerance ``|got - expected| <= atol + rtol * scale + vtol * |expected|``.
-
-    ``scale`` is chosen by the assignment from the terms that form each output element (for
-    the softmax VJP: |y| * (|g| + |dot| + sum|y*g|)), so the arithmetic part of the bound
-    follows the row's own magnitude: an all-zero answer cannot pass on long rows, where every
-    element is O(1/N). ``vtol`` covers rounding the result to a narrow output dtype, which is
-    relative to the value itself, not to the terms that made it; keeping it out of ``rtol``
-    keeps a low-precision dot (whose error scales with the terms) visible.
-
-    Attributes:
-        rtol: relative to ``scale`` (error of fp32 arithmetic on the given inputs).
-        atol: absolute floor, in output units; well below any magnitude the checks produce.
-        why: where the numbers come from (stored with a failing check's result).
-        vtol: relative to |expected| (rounding of the stored result), default 0.
-        summary: the reason in a few words, for the one-line failure message.
-    """
-
-    rtol: float
-    atol: float
-    why: str
-    vtol: float = 0.0
-    summary: str = ""
-
-    def allowed(self, expected: torch.Tensor, scale: torch.Tensor, slack: torch.Tensor | None = None) -> torch.Tensor:
-        """The allowed absolute error per element (fp64 tensors of one shape).
-
-        ``slack`` (optional, same shape, >= 0): error that arithmetic the assignment allows
-        makes beyond fp32 rounding, computed exactly from the inputs (for the softmax VJP:
-        products rounded to the input dtype, oracle.product_rounding_slack). It is added as it
-        is, and the rounding of the stored result (``vtol``) applies to the value that
-        arithmetic produced, which lies within ``slack`` of ``expected``.
-        """
-        if slack is None:
-            return self.atol + self.rtol * scale + self.vtol * expected.abs()
-        return self.atol + self.rtol * scale + self.vtol * (expected.abs() + slack) + slack
-
-    def bound(self) -> str:
-        value_part = f" + {self.vtol:.3g} x |expected|" if self.vtol else ""
-        return f"{self.atol:.3g} + {self.rtol:.3g} x scale{value_part}"
-
-    def describe(self) -> str:
-        """The bound with its full reason (stored in the result as ``tolerance``)."""
-        return f"{self.bound()} ({self.why})"
-
-    def describe_short(self) -> str:
-        """The bound with a few-word reason, for failure messages (docs/checks.md has the rest)."""
-        return f"{self.bound()} ({self.summary or self.why}; see docs/checks.md)"
+__all__ = ["Comparison", "Tolerance", "compare"]
 
 
 @dataclass

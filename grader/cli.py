@@ -228,6 +228,12 @@ def _sandbox(args: argparse.Namespace) -> int:
     return 0
 
 
+def _new_assignment(args: argparse.Namespace) -> int:
+    from grader.scaffold import main_new_assignment
+
+    return main_new_assignment(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the grading commands (service commands are dispatched first)."""
     parser = argparse.ArgumentParser(prog="grader", description="Autograder for student GPU kernels.")
@@ -271,6 +277,13 @@ def build_parser() -> argparse.ArgumentParser:
     template.add_argument("assignment", choices=names)
     template.add_argument("--output", default=None, help="where to write it (default: the assignment's file name; - for stdout)")
     template.set_defaults(handler=_template)
+
+    new = commands.add_parser("new-assignment", help="write the folder, corpus and test module of a new assignment")
+    new.add_argument("name", help="the assignment's name (a lower-case identifier)")
+    new.add_argument("--function", default=None, help="the function students write (default: the name)")
+    new.add_argument("--root", default=str(Path(__file__).resolve().parents[1]),
+                     help="the checkout to write into (default: this grader's)")
+    new.set_defaults(handler=_new_assignment)
 
     for name, (_module, _function, help_text) in COMMAND_MODULES.items():
         other = commands.add_parser(name, help=help_text, add_help=False)

@@ -37,18 +37,34 @@ def describe_failure(evidence: CheckEvidence, call: PlannedCall, round_id: str) 
     return None
 
 
-def single_output(check: PlannedCheck, call: PlannedCall, evidence: CheckEvidence, hint: str
-                  ) -> tuple[torch.Tensor | None, CheckOutcome | None]:
-    """The output of the call's first round if it returned one of the expected shape, else the
-    failing outcome of ``check``."""
-    problem = describe_failure(evidence, call, call.id)
-    got = evidence.calls.get(call.id)
-    expected_shape = tuple(call.expected[0].shape) if call.expected else None
-    if problem is None and (got.out is None or (expected_shape is not None and tuple(got.out.shape) != expected_shape)):
-        problem = f"{call.label}: no output of shape {expected_shape} could be read back"
+def call_outputs(check: PlannedCheck, call: PlannedCall, evidence: CheckEvidence, hint: str, round_index: int = 0
+                 ) -> tuple[list[torch.Tensor] | None, CheckOutcome | None]:
+    """Every output of one round of the call, each read back with its expected shape, else the
+    failing outcome of ``check`` (raised, not a tensor, missing, or a shape that differs)."""
+    round_id = call.round_ids[round_index]
+    problem = describe_failure(evidence, call, round_id)
+    got = evidence.calls.get(round_id)
+    outs: list[torch.Tensor] = []
+    if problem is None:
+        found = got.outs()
+        for expectation in call.expectations(round_index):
+            out = found[expectation.index] if expectation.index < len(found) else None
+            shape = tuple(expectation.expected.shape)
+            if out is None or tuple(out.shape) != shape:
+                name = "" if not call.outputs else f" {expectation.name}"
+                problem = f"{call.label}: no output{name} of shape {shape} could be read back"
+                break
+            outs.append(out)
     if problem is not None:
         return None, CheckOutcome(name=check.name, passed=False, message=f"{problem}. Hint: {hint}")
-    return got.out, None
+    return outs, None
+
+
+def single_output(check: PlannedCheck, call: PlannedCall, evidence: CheckEvidence, hint: str
+                  ) -> tuple[torch.Tensor | None, CheckOutcome | None]:
+    """The first output of the call's first round (``call_outputs``), or the failing outcome."""
+    outs, failure = call_outputs(check, call, evidence, hint)
+    return (outs[0] if outs else None), failure
 
 
 def evaluate_row_sums(check: PlannedCheck, evidence: CheckEvidence, *, tolerance: Tolerance, hint: str,
@@ -132,10 +148,10 @@ COVERAGE_MIN_RATIO = 20.0
 
 
 def _ratio(out: torch.Tensor, expected: torch.Tensor, scale: torch.Tensor, slack: torch.Tensor | None,
-           call: PlannedCall) -> torch.Tensor:
+           tolerance: Tolerance) -> torch.Tensor:
     err = (out.double() - expected).abs()
     err = torch.where(torch.isfinite(out.double()), err, torch.full_like(err, math.inf))
-    return err / call.tolerance.allowed(expected, scale, slack)
+    return err / tolerance.allowed(expected, scale, slack)
 
 
 def hint_for(evidence: CheckEvidence, hint: str, hint_requires: tuple[str, ...]) -> str:
@@ -177,38 +193,42 @@ def evaluate_values(check: PlannedCheck, evidence: CheckEvidence, *, hint: str,
             if problem:
                 failures.append(problem)
                 continue
-            out = evidence.calls[round_id].out
-            if out is None:
-                failures.append(f"{call.label}: output could not be read back")
-                continue
-            expected = call.expected[round_index]
-            if tuple(out.shape) != tuple(expected.shape):
-                failures.append(f"{call.label}: output shape {tuple(out.shape)}, expected {tuple(expected.shape)}")
-                continue
-            if call.out_dtype is not None and out.dtype != call.out_dtype:
-                failures.append(f"{call.label}: output dtype {dtype_name(out.dtype)}, expected "
-                                f"{dtype_name(call.out_dtype)} (keep the input dtype)")
-                continue
-            scale = call.scale[round_index]
-            slack = call.slack_of(round_index)
-            result: Comparison = compare(out, expected, scale, call.tolerance, slack)
-            compared += 1
-            worst_ratio = result.max_ratio if math.isnan(result.max_ratio) else max(worst_ratio, result.max_ratio)
-            worst_finite = max(worst_finite, result.max_finite_ratio)
-            non_finite += result.nan_count
-            worst_abs = max(worst_abs, result.max_abs_err)
-            if not result.passed:
-                label = call.label + (f" (refill {round_index})" if round_index else "")
-                text = f"{label}: {result.describe()}; tolerance {call.tolerance.describe_short()}."
-                if not failures:  # only the first failure is shown, so only it is diagnosed
-                    ratio = _ratio(out, expected, scale, slack, call)
-                    finding = diagnose_coverage(out, ~(ratio <= 1), expected, ratio)
-                    if not finding and diagnose is not None and round_index == 0:
-                        finding = diagnose(out, call, evidence)
-                    diagnosed = bool(finding)
-                    text += finding
-                failures.append(text)
-                tolerance_reason = tolerance_reason or call.tolerance.describe()
+            found = evidence.calls[round_id].outs()
+            for expectation in call.expectations(round_index):
+                named = f" {expectation.name}" if call.outputs else ""
+                out = found[expectation.index] if expectation.index < len(found) else None
+                if out is None:
+                    failures.append(f"{call.label}: output{named} could not be read back")
+                    continue
+                expected = expectation.expected
+                if tuple(out.shape) != tuple(expected.shape):
+                    failures.append(f"{call.label}: output{named} shape {tuple(out.shape)}, expected "
+                                    f"{tuple(expected.shape)}")
+                    continue
+                if expectation.dtype is not None and out.dtype != expectation.dtype:
+                    failures.append(f"{call.label}: output{named} dtype {dtype_name(out.dtype)}, expected "
+                                    f"{dtype_name(expectation.dtype)} (keep the input dtype)")
+                    continue
+                scale, slack, tolerance = expectation.scale, expectation.slack, expectation.tolerance
+                result: Comparison = compare(out, expected, scale, tolerance, slack)
+                compared += 1
+                worst_ratio = result.max_ratio if math.isnan(result.max_ratio) else max(worst_ratio, result.max_ratio)
+                worst_finite = max(worst_finite, result.max_finite_ratio)
+                non_finite += result.nan_count
+                worst_abs = max(worst_abs, result.max_abs_err)
+                if not result.passed:
+                    label = call.label + (f" (refill {round_index})" if round_index else "") + (
+                        f", output {expectation.name}" if call.outputs else "")
+                    text = f"{label}: {result.describe()}; tolerance {tolerance.describe_short()}."
+                    if not failures:  # only the first failure is shown, so only it is diagnosed
+                        ratio = _ratio(out, expected, scale, slack, tolerance)
+                        finding = diagnose_coverage(out, ~(ratio <= 1), expected, ratio)
+                        if not finding and diagnose is not None and round_index == 0 and expectation.index == 0:
+                            finding = diagnose(out, call, evidence)
+                        diagnosed = bool(finding)
+                        text += finding
+                    failures.append(text)
+                    tolerance_reason = tolerance_reason or tolerance.describe()
     numbers: dict = {"cases": compared}
     details: dict = {}
     if compared:
@@ -244,22 +264,25 @@ def evaluate_output_contract(check: PlannedCheck, evidence: CheckEvidence, *, hi
             problems.append(problem)
             continue
         got = evidence.calls[call.id]
-        meta = got.report.out
-        want_shape = list(call.expected[0].shape) if call.expected else None
-        want_dtype = dtype_name(call.out_dtype) if call.out_dtype is not None else None
-        if meta is None:
+        metas = got.report.outputs()
+        expectations = call.expectations(0) if call.expected else []
+        if not metas:
             problems.append(f"{call.label}: no output description came back")
             continue
-        if want_shape is not None and meta.shape != want_shape:
-            problems.append(f"{call.label}: output shape {tuple(meta.shape)}, expected {tuple(want_shape)}")
-        if want_dtype is not None and meta.dtype != want_dtype:
-            problems.append(f"{call.label}: output dtype {meta.dtype}, expected {want_dtype}")
-        if not meta.device.startswith(device.split(":")[0]):
-            problems.append(f"{call.label}: output on {meta.device}, inputs on {device}")
-        if not meta.contiguous:
-            problems.append(f"{call.label}: output is not contiguous (strides {tuple(meta.stride)})")
-        if meta.aliases_input:
-            problems.append(f"{call.label}: output shares memory with an input (must be a fresh tensor)")
+        for expectation, meta in zip(expectations or [None] * len(metas), metas):
+            named = f" {expectation.name}" if expectation is not None and call.outputs else ""
+            want_shape = list(expectation.expected.shape) if expectation is not None else None
+            want_dtype = dtype_name(expectation.dtype) if expectation is not None and expectation.dtype else None
+            if want_shape is not None and meta.shape != want_shape:
+                problems.append(f"{call.label}: output{named} shape {tuple(meta.shape)}, expected {tuple(want_shape)}")
+            if want_dtype is not None and meta.dtype != want_dtype:
+                problems.append(f"{call.label}: output{named} dtype {meta.dtype}, expected {want_dtype}")
+            if not meta.device.startswith(device.split(":")[0]):
+                problems.append(f"{call.label}: output{named} on {meta.device}, inputs on {device}")
+            if not meta.contiguous:
+                problems.append(f"{call.label}: output{named} is not contiguous (strides {tuple(meta.stride)})")
+            if meta.aliases_input:
+                problems.append(f"{call.label}: output{named} shares memory with an input (must be a fresh tensor)")
         for spec in call.tensors():
             if spec.device != "primary":
                 continue
@@ -312,18 +335,34 @@ def _replay_problem(call: PlannedCall, evidence: CheckEvidence) -> tuple[str | N
         return f"{call.label}: replaying its launches raised {replay.message}.{outside}", launches
     if launches == 0:
         return f"{call.label}: the call launched no @triton.jit kernel.{outside}", launches
-    out = got.replay_out
-    if out is None:
-        reason = got.replay_error or "the replay left no output"
-        return f"{call.label}: replaying its {launches} launch(es) gave no output ({reason}).{outside}", launches
-    expected, scale = call.replay_expected, call.replay_scale
-    if tuple(out.shape) != tuple(expected.shape):
-        return f"{call.label}: the replayed output has shape {tuple(out.shape)}, expected {tuple(expected.shape)}", launches
-    comparison = compare(out, expected, scale, call.tolerance, call.replay_slack)
-    if not comparison.passed:
-        return (f"{call.label}: replaying its {launches} Triton launch(es) on new inputs did not reproduce the "
-                f"output ({comparison.describe()}).{outside}"), launches
+    replayed = got.replay_outs()
+    for expectation in call.replay_expectations():
+        named = f" {expectation.name}" if call.outputs else ""
+        out = replayed[expectation.index] if expectation.index < len(replayed) else None
+        if out is None:
+            reason = got.replay_error or "the replay left no output"
+            return (f"{call.label}: replaying its {launches} launch(es) gave no output{named} ({reason}).{outside}",
+                    launches)
+        if tuple(out.shape) != tuple(expectation.expected.shape):
+            return (f"{call.label}: the replayed output{named} has shape {tuple(out.shape)}, expected "
+                    f"{tuple(expectation.expected.shape)}", launches)
+        comparison = compare(out, expectation.expected, expectation.scale, expectation.tolerance, expectation.slack)
+        if not comparison.passed:
+            return (f"{call.label}: replaying its {launches} Triton launch(es) on new inputs did not reproduce the "
+                    f"output{named} ({comparison.describe()}).{outside}"), launches
     return None, launches
+
+
+def _right(call: PlannedCall, got) -> bool:
+    """Every output of the call's first round came back right (shape, dtype, values)."""
+    found = got.outs()
+    for expectation in call.expectations(0):
+        out = found[expectation.index] if expectation.index < len(found) else None
+        if out is None or tuple(out.shape) != tuple(expectation.expected.shape) or (
+                expectation.dtype is not None and out.dtype != expectation.dtype) or not compare(
+                out, expectation.expected, expectation.scale, expectation.tolerance, expectation.slack).passed:
+            return False
+    return True
 
 
 def evaluate_triton_kernel(check: PlannedCheck, evidence: CheckEvidence, *, recorded: list[PlannedCall],
@@ -343,11 +382,7 @@ def evaluate_triton_kernel(check: PlannedCheck, evidence: CheckEvidence, *, reco
     checked = launches_total = 0
     for call in recorded:
         got = evidence.calls.get(call.id)
-        if got is None or got.report is None or got.report.status != "ok" or got.out is None:
-            continue
-        if tuple(got.out.shape) != tuple(call.expected[0].shape) or (
-                call.out_dtype is not None and got.out.dtype != call.out_dtype) or not compare(
-                got.out, call.expected[0], call.scale[0], call.tolerance, call.slack_of(0)).passed:
+        if got is None or got.report is None or got.report.status != "ok" or not _right(call, got):
             continue
         checked += 1
         problem, launches = _replay_problem(call, evidence)

@@ -178,8 +178,18 @@ def read_evidence(steps: list[PlannedCheck], workdir: Path) -> tuple[dict[str, C
                 out=tensors.get(f"{report.id}:out"),
                 bases_after={key.removeprefix(prefix): value for key, value in tensors.items() if key.startswith(prefix)},
                 replay_out=tensors.get(f"{report.id}:replay_out"),
+                more_outs=[tensors.get(f"{report.id}:out{k}") for k in range(1, 1 + len(report.more_outputs))],
+                more_replay_outs=_numbered(tensors, f"{report.id}:replay_out"),
             )
     return calls, finished_steps
+
+
+def _numbered(tensors: dict, key: str) -> list:
+    """``key1``, ``key2``, ... while present (the further outputs of a tuple-returning call)."""
+    found = []
+    while f"{key}{len(found) + 1}" in tensors and len(found) < 7:
+        found.append(tensors[f"{key}{len(found) + 1}"])
+    return found
 
 
 def call_level_error(evidence_calls: dict[str, CallEvidence]) -> GradingError | None:

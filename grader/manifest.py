@@ -61,6 +61,22 @@ MANIFESTS: dict[str, AssignmentManifest] = {
         module_file="softmax_cross_entropy_backward.py",
         package="grader.assignments.softmax_cross_entropy_backward",
     ),
+    "gemm_epilogue": AssignmentManifest(
+        name="gemm_epilogue",
+        title="GEMM with a fused epilogue: out = gelu_tanh(a @ b + bias), fp16/bf16 in, fp32 accumulation",
+        function="gemm_epilogue",
+        arguments=("a", "b", "bias"),
+        module_file="gemm_epilogue.py",
+        package="grader.assignments.gemm_epilogue",
+    ),
+    "layernorm_backward": AssignmentManifest(
+        name="layernorm_backward",
+        title="Layer norm backward from the saved mean and rstd: dx per row, dw and db reduced across rows",
+        function="layernorm_backward",
+        arguments=("dy", "x", "w", "mean", "rstd"),
+        module_file="layernorm_backward.py",
+        package="grader.assignments.layernorm_backward",
+    ),
 }
 
 #: The assignment a request or a command means when it names none.

@@ -128,6 +128,28 @@ class InputBank:
         return self.bases[spec.pattern][index * cols:(index + 1) * cols].clone()
 
 
+@dataclass(frozen=True)
+class PlannedOutput:
+    """One declared output of a tuple-returning call: its name, tolerance and dtype."""
+
+    name: str
+    tolerance: Tolerance
+    dtype: torch.dtype
+
+
+@dataclass
+class OutputExpectation:
+    """What one output of one round must be (``PlannedCall.expectations``)."""
+
+    index: int
+    name: str
+    expected: torch.Tensor
+    scale: torch.Tensor
+    slack: torch.Tensor | None
+    tolerance: Tolerance
+    dtype: torch.dtype | None
+
+
 @dataclass
 class PlannedCall:
     """One call the child makes, and what the parent expects of it.
@@ -151,6 +173,11 @@ class PlannedCall:
         sample_rows: the child sends back only these rows of the output (for outputs too large
             to send whole); ``expected``/``scale``/``slack`` then hold those rows only.
         extra: check-specific data (e.g. central-difference points).
+        outputs: for a call that returns a tuple, its outputs (``PlannedOutput``); then every
+            round's entry of ``expected``/``scale``/``slack`` (and ``replay_expected``,
+            ``replay_scale``, ``replay_slack``) is a tuple with one tensor per output, and
+            ``tolerance``/``out_dtype`` are those of the first. Empty: one tensor is returned.
+            ``expectations(round)`` gives either form as one list.
     """
 
     id: str
@@ -173,6 +200,26 @@ class PlannedCall:
     replay_slack: torch.Tensor | None = None
     sample_rows: list[int] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    outputs: list[PlannedOutput] = field(default_factory=list)
+
+    def expectations(self, round_index: int = 0) -> list[OutputExpectation]:
+        """Every output of round ``round_index`` with its oracle, scale, slack, tolerance, dtype."""
+        slack = self.slack[round_index] if round_index < len(self.slack) else None
+        if not self.outputs:
+            return [OutputExpectation(0, "out", self.expected[round_index], self.scale[round_index], slack,
+                                      self.tolerance, self.out_dtype)]
+        return [OutputExpectation(k, out.name, self.expected[round_index][k], self.scale[round_index][k],
+                                  None if slack is None else slack[k], out.tolerance, out.dtype)
+                for k, out in enumerate(self.outputs)]
+
+    def replay_expectations(self) -> list[OutputExpectation]:
+        """Every output of the replayed launches with its oracle (``replay_expected``...)."""
+        if not self.outputs:
+            return [OutputExpectation(0, "out", self.replay_expected, self.replay_scale, self.replay_slack,
+                                      self.tolerance, self.out_dtype)]
+        return [OutputExpectation(k, out.name, self.replay_expected[k], self.replay_scale[k],
+                                  None if self.replay_slack is None else self.replay_slack[k], out.tolerance, out.dtype)
+                for k, out in enumerate(self.outputs)]
 
     @property
     def round_ids(self) -> list[str]:
@@ -206,6 +253,8 @@ class CallEvidence:
         replay_out: the output of the call's recorded launches replayed on its replay inputs
             (by the child under the interpreter, by the trusted replay process on a GPU).
         replay_error: why there is no replay output although the call was recorded.
+        more_outs / more_replay_outs: a tuple-returning call's further outputs (output 1, 2,
+            ...), as read back and as replayed; ``outs()`` and ``replay_outs()`` give them all.
     """
 
     report: CallReport | None
@@ -213,6 +262,16 @@ class CallEvidence:
     bases_after: dict[str, torch.Tensor] = field(default_factory=dict)
     replay_out: torch.Tensor | None = None
     replay_error: str | None = None
+    more_outs: list[torch.Tensor | None] = field(default_factory=list)
+    more_replay_outs: list[torch.Tensor | None] = field(default_factory=list)
+
+    def outs(self) -> list[torch.Tensor | None]:
+        """Every output as read back, in return order."""
+        return [self.out, *self.more_outs]
+
+    def replay_outs(self) -> list[torch.Tensor | None]:
+        """Every output of the replayed launches, in return order."""
+        return [self.replay_out, *self.more_replay_outs]
 
 
 @dataclass
@@ -264,6 +323,7 @@ class Plan:
         generator: the one torch.Generator every input of the run is drawn from.
         bank: the base buffers.
         checks: the checks in the assignment's order.
+        outputs: how many tensors every call returns (1: a tensor; more: a tuple).
     """
 
     def __init__(self, *, seed: int, device: str) -> None:
@@ -272,6 +332,7 @@ class Plan:
         self.generator = torch.Generator().manual_seed(seed)
         self.bank = InputBank()
         self.checks: list[PlannedCheck] = []
+        self.outputs = 1
 
     def calls(self) -> dict[str, PlannedCall]:
         """Every planned call by id."""
@@ -291,6 +352,7 @@ class Plan:
             module_file=module_file,
             device=self.device,
             other_device=other_device,
+            outputs=self.outputs,
             steps=[StepSpec(check=c.name, calls=[call.to_spec() for call in c.calls])
                    for c in self.steps(isolated=isolated)],
         )

@@ -13,7 +13,6 @@ never sees the submission's file.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import tempfile
@@ -27,7 +26,15 @@ from pydantic import ValidationError
 from safetensors.torch import load_file, save_file
 
 from grader.assignments.protocol import Assignment
-from grader.harness.protocol import MAX_CUBIN_BYTES, CallRecording, Recording
+from grader.harness.protocol import (
+    MAX_CUBIN_BYTES,
+    BenchmarkPlan,
+    CallRecording,
+    Recording,
+    ReplayCallStatus,
+    ReplayPlan,
+    ReplayResult,
+)
 from grader.plan import CallEvidence, Plan
 from grader.sandbox import run_sandboxed, stage_harness
 from grader.settings import GraderSettings
@@ -42,8 +49,9 @@ class ReplayOutcome:
     """What the replay process produced.
 
     Attributes:
-        check_outputs: call id -> the replayed output tensor (CPU).
-        check_status: call id -> {"status": "ok"|"error"|"skipped", "message": ...}.
+        check_outputs: call id -> the replayed output tensor (CPU); ``<call id>:out<k>`` ->
+            output k >= 1 of a tuple-returning call.
+        check_status: call id -> how its replay went.
         result: the whole ``replay_result.json`` (benchmark rows with raw samples, gpu, versions).
         error: why the process produced nothing usable (None when it ran).
         duration_s: wall time of the process, seconds.
@@ -51,8 +59,8 @@ class ReplayOutcome:
     """
 
     check_outputs: dict[str, torch.Tensor] = field(default_factory=dict)
-    check_status: dict[str, dict] = field(default_factory=dict)
-    result: dict = field(default_factory=dict)
+    check_status: dict[str, ReplayCallStatus] = field(default_factory=dict)
+    result: ReplayResult = field(default_factory=ReplayResult)
     error: str | None = None
     duration_s: float = 0.0
     log: dict = field(default_factory=dict)
@@ -138,7 +146,7 @@ class ReplayProcess:
         """Seconds since the process wrote phase 1's result, or None if it has not."""
         path = self.workdir / "replay_result.json"
         try:
-            if json.loads(path.read_text()).get("phase") != "checks":
+            if ReplayResult.model_validate_json(path.read_bytes()).phase != "checks":
                 return None
             return max(0.0, time.time() - path.stat().st_mtime)
         except (OSError, ValueError):
@@ -188,21 +196,19 @@ class ReplayProcess:
             shutil.copyfile(folder / f"kernel_{kernel.id}.cubin", kernels / f"kernel_{kernel.id}.cubin")
         if check_inputs:
             save_file(check_inputs, str(self.workdir / "replay_inputs.safetensors"))
-        plan = {"kernels": [k.model_dump() for k in recording.kernels],
-                "check_calls": [c.model_dump() for c in check_calls],
-                "check_inputs": "replay_inputs.safetensors"}
-        self._put("replay_plan.json", json.dumps(plan))
+        plan = ReplayPlan(kernels=recording.kernels, check_calls=check_calls, check_inputs="replay_inputs.safetensors")
+        self._put("replay_plan.json", plan.model_dump_json())
         self._checks_sent = time.monotonic()
 
-    def send_benchmark(self, benchmark: dict | None) -> None:
-        """Phase 2: {"rows": [{id, shape, dtype, seed, recording}], "options": {...}, "tolerances":
-        {dtype: {rtol, atol, vtol}}, "verify_rows_per_call": int}; None ends the process."""
+    def send_benchmark(self, benchmark: BenchmarkPlan | None) -> None:
+        """Phase 2: the rows to time, each with its recording and how its timed outputs are
+        verified (the checks' own tolerances); None ends the process."""
         self._idle_between = self._phase1_done_ago() or 0.0 if self._checks_sent is not None else 0.0
         self._benchmark_sent = time.monotonic()
         if benchmark is None:
             self._put("quit", "")
         else:
-            self._put("benchmark_plan.json", json.dumps(benchmark))
+            self._put("benchmark_plan.json", benchmark.model_dump_json())
 
     def stop_benchmark(self) -> None:
         """Phase 2 need not finish (a check failed while the rows were being timed): the rows
@@ -228,18 +234,18 @@ class ReplayProcess:
         outcome = self._outcome
         replay = ReplayOutcome(duration_s=outcome.duration_s, log=outcome.log.as_json())
         try:
-            replay.result = json.loads((self.workdir / "replay_result.json").read_text())
+            replay.result = ReplayResult.model_validate_json((self.workdir / "replay_result.json").read_bytes())
         except (OSError, ValueError):
-            replay.result = {}
+            replay.result = ReplayResult()
         if outcome.timed_out:
             replay.error = f"the replay process did not finish within {self.settings.child_timeout_s:g} s"
         elif outcome.signal is not None or (outcome.returncode or 0) != 0:
             replay.error = (f"the replay process ended with status {outcome.returncode}"
                             + (f" (signal {outcome.signal})" if outcome.signal else "")
                             + f": {outcome.log.text[-600:]}")
-        elif replay.result.get("error"):
-            replay.error = str(replay.result["error"])
-        replay.check_status = replay.result.get("check_calls") or {}
+        elif replay.result.error:
+            replay.error = replay.result.error
+        replay.check_status = replay.result.check_calls
         outputs = self.workdir / "replay_outputs.safetensors"
         if outputs.exists():
             replay.check_outputs = load_file(str(outputs))
@@ -254,6 +260,7 @@ def calls_to_replay(plan: Plan, evidence_calls: dict[str, CallEvidence]) -> list
     status, with outputs of its own making would otherwise pass ``triton_kernel``)."""
     for evidence in evidence_calls.values():
         evidence.replay_out = None
+        evidence.more_replay_outs = []
     return [call_id for call_id, call in plan.calls().items()
             if call.record_launches and (evidence := evidence_calls.get(call_id)) is not None
             and evidence.report is not None and evidence.report.status == "ok"]
@@ -266,6 +273,9 @@ def inject(evidence_calls: dict[str, CallEvidence], replay: ReplayOutcome, recor
         if evidence is None:
             continue
         evidence.replay_out = replay.check_outputs.get(call_id)
+        more = len(evidence.report.more_outputs) if evidence.report is not None else 0
+        evidence.more_replay_outs = [replay.check_outputs.get(f"{call_id}:out{k}") for k in range(1, 1 + more)]
         if evidence.replay_out is None:
-            status = replay.check_status.get(call_id) or {}
-            evidence.replay_error = status.get("message") or replay.error or "the replay process produced no output"
+            status = replay.check_status.get(call_id)
+            evidence.replay_error = (status.message if status else "") or replay.error or \
+                "the replay process produced no output"

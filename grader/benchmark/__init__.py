@@ -14,30 +14,31 @@ Entry points:
         row id -> why that row cannot be timed).
     finish(assignment, rows=, replay=, unreplayable=, options=, settings=, peers=) -> dict: the
         ``benchmark`` object (headline None with a reason when the kernel earns no score).
-    benchmark_file(path, output=, assignment=, settings=, options=, peers=) -> dict: the whole
-        grading of a file (checks, then the benchmark) and its ``benchmark`` object.
 
 Modules: options (BenchmarkOptions, rows), children (the peers child and its cache), verify
 (re-verifying the peers' timed outputs), score (statistics, floors, flags, headline), cli
-(``grader benchmark`` and its table). Units: seconds, bytes, bytes/s.
+(``grader benchmark``: ``benchmark_file`` grades a file with grader.runner, then its table).
+This package never imports grader.runner (the runner imports it). Units: seconds, bytes,
+bytes/s, FLOP/s.
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-from grader.assignments import Assignment, get_assignment
+from grader.assignments import Assignment
 from grader.benchmark.children import cached_peers
 from grader.benchmark.options import BenchmarkOptions, benchmark_rows
 from grader.benchmark.score import assemble
 from grader.bwrap import sandbox_label
-from grader.harness.protocol import Recording
+from grader.harness.protocol import (
+    BenchmarkPlan,
+    Recording,
+    TimedOutput,
+    TimedRow,
+    TimedVerification,
+    TimingOptions,
+)
 
-__all__ = ["BenchmarkOptions", "NoGPU", "benchmark_file", "finish", "plan_rows", "replay_phase"]
-
-#: Output rows the replay verifies after every timed call (drawn at random after the call).
-VERIFY_ROWS_PER_CALL = 2
+__all__ = ["BenchmarkOptions", "NoGPU", "finish", "plan_rows", "replay_phase", "timed_verification"]
 
 
 class NoGPU(RuntimeError):
@@ -61,12 +62,24 @@ def plan_rows(assignment: Assignment, options: BenchmarkOptions) -> list[dict]:
     return rows
 
 
-def replay_phase(assignment: Assignment, rows: list[dict], recording: Recording | None, options: BenchmarkOptions
-                 ) -> tuple[dict | None, dict[str, str]]:
-    """The replay plan's ``benchmark`` part for the rows whose call was recorded and can be
-    replayed, and, for every other row, why it cannot be timed."""
+def timed_verification(assignment: Assignment, dtype: str) -> TimedVerification:
+    """How the replay timer verifies a timed call of ``dtype``: the assignment's selection
+    (which elements of each output and input) with each output's own tolerance from its table,
+    the same ``Tolerance`` its checks apply (slack included)."""
     import torch
 
+    selection = assignment.benchmark.selection
+    outputs = [TimedOutput(name=out.name, axes=list(selection.outputs[out.name]),
+                           tolerance=assignment.tolerance(getattr(torch, dtype), out.name))
+               for out in assignment.outputs]
+    return TimedVerification(draws=dict(selection.draws), outputs=outputs,
+                             input_axes=[None if axes is None else list(axes) for axes in selection.inputs])
+
+
+def replay_phase(assignment: Assignment, rows: list[dict], recording: Recording | None, options: BenchmarkOptions
+                 ) -> tuple[BenchmarkPlan | None, dict[str, str]]:
+    """The replay timer's phase 2 for the rows whose call was recorded and can be replayed,
+    and, for every other row, why it cannot be timed."""
     calls = {call.call_id: call for call in (recording.calls if recording else [])}
     timed, unreplayable = [], {}
     for row in rows:
@@ -78,15 +91,11 @@ def replay_phase(assignment: Assignment, rows: list[dict], recording: Recording 
         elif not call.launches:
             unreplayable[row["id"]] = "the call launched no Triton kernel"
         else:
-            timed.append({**{k: row[k] for k in ("id", "shape", "dtype", "seed")}, "recording": call.model_dump()})
+            timed.append(TimedRow(id=row["id"], shape=row["shape"], dtype=row["dtype"], seed=row["seed"],
+                                  recording=call, verification=timed_verification(assignment, row["dtype"])))
     if not timed:
         return None, unreplayable
-    tolerances = {}
-    for name in {row["dtype"] for row in rows}:
-        tolerance = assignment.tolerance(getattr(torch, name))
-        tolerances[name] = {"rtol": tolerance.rtol, "atol": tolerance.atol, "vtol": tolerance.vtol}
-    return ({"rows": timed, "options": options.child_options(), "tolerances": tolerances,
-             "verify_rows_per_call": VERIFY_ROWS_PER_CALL}, unreplayable)
+    return BenchmarkPlan(rows=timed, options=TimingOptions(**options.child_options())), unreplayable
 
 
 def finish(assignment: Assignment, *, rows: list[dict], replay, unreplayable: dict[str, str],
@@ -105,13 +114,12 @@ def finish(assignment: Assignment, *, rows: list[dict], replay, unreplayable: di
     info = None
     if replay is not None:
         info = {"duration_s": replay.duration_s, "log": replay.log}
-        for entry in replay.result.get("rows", []):
-            if isinstance(entry, dict) and isinstance(entry.get("id"), str):
-                student_rows[entry["id"]] = entry
+        for entry in replay.result.rows:
+            student_rows[entry.id] = entry.model_dump(exclude_none=True)
         if replay.error:
             global_flags.append(f"the replay timer failed: {replay.error}")
-        if replay.result.get("benchmark_error"):
-            global_flags.append(str(replay.result["benchmark_error"]))
+        if replay.result.benchmark_error:
+            global_flags.append(replay.result.benchmark_error)
     sandbox = sandbox_label(settings)
     result = assemble(spec=assignment.benchmark, student_rows=student_rows, peers_doc=peers, rows=rows,
                       options=options, global_flags=global_flags, sandbox=sandbox, student_info=info)
@@ -119,29 +127,3 @@ def finish(assignment: Assignment, *, rows: list[dict], replay, unreplayable: di
     return result
 
 
-def benchmark_file(path: Path, *, output: Path | None, assignment: str, settings=None,
-                   options: BenchmarkOptions | None = None, peers: dict | None = None) -> dict:
-    """Grade the file at ``path`` on the GPU (the checks, then the benchmark) and return its
-    ``benchmark`` object (with ``verdict`` and the failed checks when it did not pass); writes
-    the JSON to ``output`` when given.
-
-    Raises:
-        NoGPU: no CUDA device.
-    """
-    from grader.runner import grade_source
-
-    require_gpu()
-    spec = get_assignment(assignment)
-    document = grade_source(Path(path).read_bytes(), assignment=spec.manifest.name, device="cuda", settings=settings,
-                            benchmark="on", benchmark_options=options, peers=peers)
-    result = document.benchmark.model_dump() if document.benchmark is not None else {
-        "headline": {"value": None, "reason": "no benchmark ran"}, "rows": []}
-    result["verdict"] = document.verdict.value
-    if document.verdict.value != "passed":
-        failed = [c.name for c in document.checks if not c.passed and not c.skipped]
-        reason = document.error.message if document.error else f"failed checks: {', '.join(failed)}"
-        result["headline"] = {"value": None, "reason": f"not benchmarked: the file did not pass ({reason})"}
-    result["source"] = str(path)
-    if output is not None:
-        Path(output).write_text(json.dumps(result, indent=2, default=str) + "\n")
-    return result

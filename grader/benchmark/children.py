@@ -25,6 +25,7 @@ from pathlib import Path
 from grader.assignments.protocol import Assignment
 from grader.benchmark.options import BenchmarkOptions, benchmark_rows
 from grader.benchmark.verify import verify_rows
+from grader.harness.protocol import PeerRowPlan, PeersPlan, PeersResult, TimingOptions
 from grader.sandbox import HARNESS_SOURCE, stage_harness
 from grader.version import grader_version, package_version
 
@@ -38,25 +39,30 @@ def _stage(assignment: Assignment, settings) -> Path:
     return stage_harness(root, {"assignment_bench.py": assignment.benchmark.bench_file}) / HARNESS_NAME
 
 
-def _write_plan(workdir: Path, *, mode: str, rows: list[dict], options: BenchmarkOptions, assignment: Assignment,
-                extra: dict) -> None:
-    plan = {"mode": mode, "rows": rows, "options": options.child_options(),
-            "function": assignment.manifest.function, "module_file": assignment.manifest.module_file, **extra}
-    (workdir / "bench_plan.json").write_text(json.dumps(plan))
+def write_plan(workdir: Path, *, rows: list[dict], options: BenchmarkOptions, assignment: Assignment,
+                reference_file: str | None) -> None:
+    from grader.benchmark import timed_verification
+
+    plan = PeersPlan(rows=[PeerRowPlan(**{k: row[k] for k in ("id", "shape", "dtype", "seed")}) for row in rows],
+                     options=TimingOptions(**options.child_options(),
+                                           tensor_core_peak=assignment.benchmark.floor.kind != "bandwidth"),
+                     function=assignment.manifest.function, module_file=assignment.manifest.module_file,
+                     selection=timed_verification(assignment, rows[0]["dtype"] if rows else assignment.benchmark.dtypes[0]),
+                     reference_file=reference_file)
+    (workdir / "bench_plan.json").write_text(plan.model_dump_json())
 
 
 def read_child_result(workdir: Path) -> dict | None:
-    """``bench_result.json`` (complete) or else ``bench_progress.json`` (stopped early), or None."""
+    """``bench_result.json`` (complete) or else ``bench_progress.json`` (stopped early), read as
+    a ``PeersResult`` and returned as a dict (the benchmark adds its verification), or None."""
     for name in ("bench_result.json", "bench_progress.json"):
         path = workdir / name
         if path.exists():
             try:
-                document = json.loads(path.read_text())
-                if isinstance(document, dict):
-                    document["complete"] = name == "bench_result.json"
-                    return document
+                document = PeersResult.model_validate_json(path.read_bytes())
             except (OSError, ValueError):
                 return None
+            return document.model_copy(update={"complete": name == "bench_result.json"}).model_dump()
     return None
 
 
@@ -76,8 +82,8 @@ def run_peers(assignment: Assignment, *, options: BenchmarkOptions | None = None
     try:
         shutil.copy(assignment.reference_file, workdir / "course_reference.py")
         peer_options = BenchmarkOptions(**{**asdict(options), "save_full": False})
-        _write_plan(workdir, mode="peers", rows=rows, options=peer_options, assignment=assignment,
-                    extra={"reference_file": "course_reference.py"})
+        write_plan(workdir, rows=rows, options=peer_options, assignment=assignment,
+                    reference_file="course_reference.py")
         env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
         try:
             proc = subprocess.run([sys.executable, "-I", str(harness), str(workdir)], cwd=workdir, env=env,

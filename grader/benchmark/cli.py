@@ -7,9 +7,11 @@ Exit codes (grader.contract.BenchmarkExitCode): 0 a ranked score, 1 the kernel e
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from grader.assignments import get_assignment
+from grader.benchmark.options import BenchmarkOptions
 from grader.benchmark.score import STUDENT, median_of
 from grader.contract import BenchmarkExitCode
 
@@ -60,7 +62,7 @@ def main_benchmark(args: argparse.Namespace) -> int:
     """CLI handler of ``grader benchmark``; returns the exit code (see the module docstring)."""
     from rich.console import Console
 
-    from grader.benchmark import NoGPU, benchmark_file
+    from grader.benchmark import NoGPU
     from grader.settings import GraderSettings
 
     console = Console(stderr=True)
@@ -80,3 +82,32 @@ def main_benchmark(args: argparse.Namespace) -> int:
     if result["headline"]["value"] is not None:
         return BenchmarkExitCode.SCORED
     return BenchmarkExitCode.NO_SCORE if result.get("rows") else BenchmarkExitCode.ERROR
+
+
+def benchmark_file(path: Path, *, output: Path | None, assignment: str, settings=None,
+                   options: BenchmarkOptions | None = None, peers: dict | None = None) -> dict:
+    """Grade the file at ``path`` on the GPU (the checks, then the benchmark) and return its
+    ``benchmark`` object (with ``verdict`` and the failed checks when it did not pass); writes
+    the JSON to ``output`` when given.
+
+    Raises:
+        NoGPU: no CUDA device.
+    """
+    from grader.benchmark import require_gpu
+    from grader.runner import grade_source
+
+    require_gpu()
+    spec = get_assignment(assignment)
+    document = grade_source(Path(path).read_bytes(), assignment=spec.manifest.name, device="cuda", settings=settings,
+                            benchmark="on", benchmark_options=options, peers=peers)
+    result = document.benchmark.model_dump() if document.benchmark is not None else {
+        "headline": {"value": None, "reason": "no benchmark ran"}, "rows": []}
+    result["verdict"] = document.verdict.value
+    if document.verdict.value != "passed":
+        failed = [c.name for c in document.checks if not c.passed and not c.skipped]
+        reason = document.error.message if document.error else f"failed checks: {', '.join(failed)}"
+        result["headline"] = {"value": None, "reason": f"not benchmarked: the file did not pass ({reason})"}
+    result["source"] = str(path)
+    if output is not None:
+        Path(output).write_text(json.dumps(result, indent=2, default=str) + "\n")
+    return result

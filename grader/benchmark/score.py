@@ -18,7 +18,7 @@ import datetime as _dt
 import math
 from dataclasses import asdict
 
-from grader.assignments.protocol import BenchmarkSpec
+from grader.assignments.protocol import BenchmarkSpec, Floor
 from grader.benchmark.options import BenchmarkOptions
 from grader.harness.timing import summarize
 from grader.version import grader_version
@@ -43,8 +43,7 @@ METHOD_SCOPE = (
     "time of the preceding flush); graph = {sets} calls with flushes captured in one CUDA graph, minus a "
     "flush-only graph, per call (no launch overhead; write-back of the call's dirty L2 lines during the "
     "next flush included). Not timed: input generation and refreshing, verification, the first call "
-    "(compilation), warm-up, the flush itself, host-device synchronisation. Floor: {floor_bytes} bytes "
-    "(one pass) / copy bandwidth."
+    "(compilation), warm-up, the flush itself, host-device synchronisation. Floor: {floor}."
 )
 STUDENT_SCOPE = (
     "the submission's recorded Triton launches for one call, replayed by a process that never runs the "
@@ -52,6 +51,56 @@ STUDENT_SCOPE = (
     "filled before launching); not its Python wrapper (validation, allocation) nor PyTorch work it did outside "
     "Triton. Every timed call gets new inputs and is verified on rows drawn after the call"
 )
+
+
+def row_floor(floor: Floor, shape: tuple[int, ...], dtype: str, bandwidth: float | None,
+              peaks: dict) -> dict:
+    """The floor of one row by its kind, in seconds, with what it is made of.
+
+    bandwidth: bytes / copy bandwidth (bytes/s); compute: FLOPs / the measured matrix-multiply
+    peak of the row's dtype (FLOP/s, ``peaks[dtype]["flops_per_s"]``); roofline: the larger of
+    both. ``s_min`` is the one-pass floor (ranking flags compare against it), ``s_two_pass``
+    the floor of a kernel that reads its inputs twice (the compute part is the same). A
+    measurement the kind needs but that is missing gives NaN and ``missing`` says which.
+
+    Returns:
+        {"kind", "s_min", "s_two_pass", "bytes_min", "bytes_two_pass", "flops",
+         "bandwidth_bytes_per_s", "peak_flops_per_s", "missing": [..], "what": words}.
+    """
+    nan = float("nan")
+    out: dict = {"kind": floor.kind, "bytes_min": None, "bytes_two_pass": None, "flops": None,
+                 "bandwidth_bytes_per_s": bandwidth, "peak_flops_per_s": None, "missing": []}
+    memory_min = memory_two_pass = compute = None
+    if floor.bytes is not None:
+        moved = floor.bytes(shape, dtype)
+        out["bytes_min"], out["bytes_two_pass"] = moved["min"], moved["two_pass"]
+        if floor.kind in ("bandwidth", "roofline"):
+            if bandwidth:
+                memory_min, memory_two_pass = moved["min"] / bandwidth, moved["two_pass"] / bandwidth
+            else:
+                out["missing"].append("copy bandwidth")
+    if floor.flops is not None:
+        out["flops"] = floor.flops(shape, dtype)
+        peak = ((peaks or {}).get(dtype) or {}).get("flops_per_s")
+        out["peak_flops_per_s"] = peak
+        if floor.kind in ("compute", "roofline"):
+            if peak:
+                compute = out["flops"] / peak
+            else:
+                out["missing"].append(f"{dtype} matrix-multiply peak")
+    if out["missing"]:
+        out["s_min"] = out["s_two_pass"] = nan
+    elif floor.kind == "bandwidth":
+        out["s_min"], out["s_two_pass"] = memory_min, memory_two_pass
+    elif floor.kind == "compute":
+        out["s_min"] = out["s_two_pass"] = compute
+    else:
+        out["s_min"], out["s_two_pass"] = max(memory_min, compute), max(memory_two_pass, compute)
+    parts = {"bandwidth": f"{out['bytes_min']} bytes (one pass) / copy bandwidth",
+             "compute": f"{out['flops']} FLOPs / the measured {dtype} matrix-multiply peak"}
+    out["what"] = (parts[floor.kind] if floor.kind != "roofline"
+                   else f"the larger of {parts['bandwidth']} and {parts['compute']}")
+    return out
 
 
 def geometric_mean(values: list[float]) -> float | None:
@@ -148,7 +197,7 @@ def student_flags(result: dict | None, floor_min: float) -> list[str]:
             flags.append(f"wrong output in {method}-timed calls: {detail}")
         if is_implausible(median_of(stats), floor_min):
             flags.append(f"implausible {method} time: {median_of(stats) * 1e6:.2f} us is under "
-                         f"{IMPLAUSIBLE_FRACTION:g} x the bandwidth floor {floor_min * 1e6:.2f} us")
+                         f"{IMPLAUSIBLE_FRACTION:g} x the floor {floor_min * 1e6:.2f} us")
     wall = result.get("wall")
     event_t = median_of(result.get("event"))
     if wall and event_t is not None and event_undercuts_wall(event_t, wall["gpu_lower_bound_median_s"]):
@@ -176,19 +225,19 @@ def assemble(*, spec: BenchmarkSpec, student_rows: dict[str, dict], peers_doc: d
         student_info: the replay process's duration and log.
     """
     bandwidth = (peers_doc.get("copy_bandwidth") or {}).get("bytes_per_s")
+    peaks = peers_doc.get("tensor_core_throughput") or {}
     peer_rows = {e.get("id"): e for e in peers_doc.get("rows", [])}
     flush_bytes = peers_doc.get("flush_bytes") or options.flush_bytes
     out_rows = []
     global_flags = list(global_flags or [])
-    if not bandwidth:
-        global_flags.append("no copy bandwidth was measured, so no floor could be checked")
+    missing: set[str] = set()
     speedups_graph, speedups_event, fractions = [], [], []
     speedups_peers: dict[str, list[float]] = {peer: [] for peer in spec.peers}
     for row in rows:
         shape, dtype = tuple(row["shape"]), row["dtype"]
-        floor_bytes = spec.floor_bytes(shape, dtype)
-        floor_min = floor_bytes["min"] / bandwidth if bandwidth else float("nan")
-        floor_two_pass = floor_bytes["two_pass"] / bandwidth if bandwidth else float("nan")
+        floor = row_floor(spec.floor, shape, dtype, bandwidth, peaks)
+        missing.update(floor["missing"])
+        floor_min, floor_two_pass = floor["s_min"], floor["s_two_pass"]
         s_entry = student_rows.get(row["id"]) or {"error": "not recorded"}
         p_entry = peer_rows.get(row["id"], {})
         impls = {STUDENT: _impl_summary(s_entry, floor_min, floor_two_pass)}
@@ -199,7 +248,7 @@ def assemble(*, spec: BenchmarkSpec, student_rows: dict[str, dict], peers_doc: d
                 bad = result.get("verified") or {}
                 if result.get("error") or any(not v.get("passed") for v in bad.values()):
                     impls[peer]["flags"] = ["peer failed or wrong: " + str(result.get("error") or bad)[:300]]
-        flags = student_flags(impls[STUDENT], floor_min) if bandwidth else ["no floor"]
+        flags = student_flags(impls[STUDENT], floor_min) if math.isfinite(floor_min) else ["no floor"]
         ratio, speedup = {}, {}
         for method in ("event", "graph"):
             s = median_of(impls[STUDENT].get(method))
@@ -230,8 +279,9 @@ def assemble(*, spec: BenchmarkSpec, student_rows: dict[str, dict], peers_doc: d
             "id": row["id"],
             "shape": list(shape),
             "dtype": dtype,
-            "bytes_min": floor_bytes["min"],
-            "bytes_two_pass": floor_bytes["two_pass"],
+            "bytes_min": floor["bytes_min"],
+            "bytes_two_pass": floor["bytes_two_pass"],
+            "floor": floor,
             "floor_s_min": floor_min,
             "floor_s_two_pass": floor_two_pass,
             "impls": impls,
@@ -242,8 +292,10 @@ def assemble(*, spec: BenchmarkSpec, student_rows: dict[str, dict], peers_doc: d
             "flags": flags,
             "ranked": ranked,
             "scope": f"{row['id']}. " + METHOD_SCOPE.format(sets=options.sets, flush_mib=int(flush_bytes or 0) >> 20,
-                                                            floor_bytes=floor_bytes["min"]),
+                                                            floor=floor["what"]),
         })
+    if missing:
+        global_flags.append(f"not measured: {', '.join(sorted(missing))}, so no floor could be checked")
     all_ranked = bool(out_rows) and all(r["ranked"] for r in out_rows) and not global_flags
     value = geometric_mean(speedups_graph) if all_ranked else None
     reason = None
@@ -268,6 +320,7 @@ def assemble(*, spec: BenchmarkSpec, student_rows: dict[str, dict], peers_doc: d
         "gpu_after": peers_doc.get("gpu_after"),
         "versions": {**(peers_doc.get("versions") or {}), "grader": grader_version()},
         "copy_bandwidth": peers_doc.get("copy_bandwidth"),
+        "tensor_core_throughput": peaks or None,
         "persisting_l2_control": peers_doc.get("persisting_l2_control"),
         "flush_bytes": flush_bytes,
         "options": asdict(options),

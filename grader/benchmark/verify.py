@@ -2,9 +2,9 @@
 
 Inputs are regenerated from the plan's seeds with the assignment's own ``make_inputs``
 (bench.py) on the same GPU (bit-identical values), the oracle is computed here, and each kept
-output (sampled rows of the last timed call on every buffer set, and one whole output when
-kept) must be within the assignment's tolerance. A timing whose outputs were wrong or stale is
-never ranked (grader/benchmark/score.py).
+output (the selected elements of the last timed call on every buffer set, and one whole
+output set when kept) must be within its tolerance (the checks' own rule, slack included).
+A timing whose outputs were wrong or stale is never ranked (grader/benchmark/score.py).
 """
 
 from __future__ import annotations
@@ -48,7 +48,9 @@ def verify_rows(assignment: Assignment, document: dict, workdir: Path, rows: lis
                 device: str = "cuda") -> None:
     """Add ``verified`` to every timed implementation of ``document`` (in place): per method,
     whether every kept output matched the oracle, how many elements were checked, the worst
-    error over tolerance and up to four problems."""
+    error over tolerance and up to four problems. Every output is compared on the elements the
+    peers child kept (the assignment's selection at the indices it recorded, or whole) under
+    the output's own tolerance, slack included (``Tolerance.allowed``)."""
     import torch
 
     bench = load_bench_module(assignment.benchmark.bench_file)
@@ -59,15 +61,37 @@ def verify_rows(assignment: Assignment, document: dict, workdir: Path, rows: lis
             continue
         tensors = load_outputs(workdir, entry)
         shape, dtype = tuple(row["shape"]), getattr(torch, row["dtype"])
-        tolerance = assignment.tolerance(dtype)
+        tolerances = [assignment.tolerance(dtype, out.name) for out in assignment.outputs]
+        names = [out.name for out in assignment.outputs]
         cache: dict = {}
 
-        def oracle(stage: int, k: int, rows_kept: tuple[int, ...] | None):
-            key = (stage, k, rows_kept)
+        def oracle(stage: int, k: int, index_key: tuple | None):
+            key = (stage, k, index_key)
             if key not in cache:
                 inputs = bench.make_inputs(shape, dtype, stage_seed(row["seed"], stage, k), device)
-                cache[key] = assignment.benchmark.oracle_rows(inputs, rows_kept)
+                index = None if index_key is None else {
+                    name: torch.tensor(values, dtype=torch.long, device=device) for name, values in index_key}
+                cache[key] = assignment.benchmark.oracle(inputs, index)
             return cache[key]
+
+        def compare_outputs(prefix: str, expected_by_name) -> tuple[list[str], int, float]:
+            problems, checked, worst = [], 0, 0.0
+            for position, (name, tolerance) in enumerate(zip(names, tolerances)):
+                got = tensors.get(f"{prefix}|{position}")
+                expected, scale, slack = expected_by_name[name]
+                if got is None:
+                    problems.append(f"output {name} missing")
+                    continue
+                if tuple(got.shape) != tuple(expected.shape):
+                    problems.append(f"output {name}: shape {tuple(got.shape)}")
+                    continue
+                cmp = compare(got.to(expected.device), expected, scale.expand_as(expected), tolerance,
+                              None if slack is None else slack.expand_as(expected))
+                checked += cmp.total
+                worst = max(worst, cmp.max_ratio)
+                if not cmp.passed:
+                    problems.append(f"output {name}: {cmp.describe()}")
+            return problems, checked, worst
 
         for name, result in entry["impls"].items():
             saved = result.get("saved") or {}
@@ -80,34 +104,22 @@ def verify_rows(assignment: Assignment, document: dict, workdir: Path, rows: lis
                     verified[method] = {"passed": False, "message": "no outputs of timed calls were kept"}
                     continue
                 problems, checked, worst = [], 0, 0.0
-                rows_kept = tuple(int(r) for r in info.get("sample_rows", []))
+                index_key = tuple(sorted((dim, tuple(int(i) for i in values))
+                                         for dim, values in (info.get("index") or {}).items()))
+                if {dim for dim, _ in index_key} != set(assignment.benchmark.selection.draws):
+                    verified[method] = {"passed": False, "message": "the indices of the kept elements are missing"}
+                    continue
                 for k in range(sets):
-                    got = tensors.get(f"{name}|{method}|set{k}")
-                    if got is None:
-                        problems.append(f"set {k}: output missing")
-                        continue
-                    expected, scale = oracle(stage, k, rows_kept)
-                    if tuple(got.shape) != tuple(expected.shape):
-                        problems.append(f"set {k}: shape {tuple(got.shape)}")
-                        continue
-                    cmp = compare(got.to(expected.device), expected, scale, tolerance)
-                    checked += cmp.total
-                    worst = max(worst, cmp.max_ratio)
-                    if not cmp.passed:
-                        problems.append(f"set {k}: {cmp.describe()}")
+                    found, count, ratio = compare_outputs(f"{name}|{method}|set{k}", oracle(stage, k, index_key))
+                    problems += [f"set {k}: {p}" for p in found]
+                    checked += count
+                    worst = max(worst, ratio)
                 full_set = info.get("full_set")
                 if full_set is not None:
-                    got = tensors.get(f"{name}|{method}|full")
-                    if got is None:
-                        problems.append("whole output missing")
-                    else:
-                        expected, scale = oracle(stage, int(full_set), None)
-                        cmp = compare(got.to(expected.device), expected, scale, tolerance)
-                        checked += cmp.total
-                        worst = max(worst, cmp.max_ratio)
-                        if not cmp.passed:
-                            problems.append(f"whole output of set {full_set}: {cmp.describe()}")
-                        del expected, scale
+                    found, count, ratio = compare_outputs(f"{name}|{method}|full", oracle(stage, int(full_set), None))
+                    problems += [f"whole output of set {full_set}: {p}" for p in found]
+                    checked += count
+                    worst = max(worst, ratio)
                 verified[method] = {"passed": not problems, "elements_checked": checked,
                                     "worst_error_over_tolerance": worst, "problems": problems[:4]}
             result["verified"] = verified

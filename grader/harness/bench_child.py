@@ -14,16 +14,17 @@ Protocol (WORKDIR):
 - ``bench_progress.json``  rewritten after each row (results so far).
 - ``bench_result.json``    written last: environment, copy bandwidth, per-row timings with raw
   samples (the parent computes the statistics), the streaming probe per row.
-- ``bench_out_<row>.safetensors``  sampled output rows of the last timed call on each buffer
-  set (``<impl>|<method>|set<k>``), re-verified by the parent against the fp64 oracle on
-  inputs it regenerates from the same seeds (stage 1 for event, stage 2 for graph timing).
+- ``bench_out_<row>.safetensors``  the selected elements (``PeersPlan.selection``: evenly
+  spread indices of every drawn dimension) of every output of the last timed call on each
+  buffer set (``<impl>|<method>|set<k>|<output index>``), re-verified by the parent against
+  the fp64 oracle on inputs it regenerates from the same seeds (stage 1 for event, stage 2 for
+  graph timing); with ``save_full`` one whole output set (``<impl>|<method>|full|<index>``).
 """
 
 from __future__ import annotations
 
 import gc
 import importlib.util
-import json
 import os
 import sys
 import time
@@ -32,6 +33,7 @@ import traceback
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # python -I leaves the script's folder out
+import protocol  # noqa: E402
 from timing import (  # noqa: E402
     DTYPES,
     PersistingL2,
@@ -42,6 +44,7 @@ from timing import (  # noqa: E402
     _t_copy,
     gpu_info,
     measure_copy_bandwidth,
+    measure_tensor_core_throughput,
     sample_row_indices,
     stage_seed,
     versions,
@@ -51,32 +54,69 @@ _open = open
 bench = None  # the assignment's bench.py, loaded by main()
 
 
-def _sampled_rows(out, rows: list[int]):
-    index = torch.tensor(rows, dtype=torch.long, device=out.device)
-    return out.index_select(0, index).contiguous().cpu()
+def _returned(out) -> list:
+    """The tensors an implementation returned, in order (a tensor, or a tuple/list of them)."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)) and all(isinstance(t, torch.Tensor) for t in out):
+        return list(out)
+    return []
 
 
-def _check_output(out, shape: tuple, dtype) -> str | None:
-    if not isinstance(out, torch.Tensor):
-        return f"returned {type(out).__name__}, not a tensor"
-    if tuple(out.shape) != tuple(shape) or out.dtype != dtype or out.device.type != "cuda":
-        return f"returned {tuple(out.shape)} {out.dtype} on {out.device}, expected {tuple(shape)} {dtype} on cuda"
+def _check_output(out, expected: list) -> str | None:
+    """Why ``out`` is not the outputs ``expected`` ([(shape, dtype)] in order) on the GPU, or None."""
+    got = _returned(out)
+    if len(got) != len(expected):
+        return f"returned {type(out).__name__}, not {len(expected)} tensor(s)"
+    for k, (tensor, (shape, dtype)) in enumerate(zip(got, expected)):
+        if tuple(tensor.shape) != tuple(shape) or tensor.dtype != dtype or tensor.device.type != "cuda":
+            return (f"output {k}: {tuple(tensor.shape)} {tensor.dtype} on {tensor.device}, expected {tuple(shape)} "
+                    f"{dtype} on cuda")
     return None
 
 
-def time_row(name: str, fn, row: dict, opts: dict, timer: Timer, sets: list, saved: dict,
-             full_set: int | None) -> dict:
+def expected_outputs(inputs) -> list:
+    """bench.py's [(shape, dtype)] of every output (``expected_outputs``, or the one of
+    ``expected_output``)."""
+    if hasattr(bench, "expected_outputs"):
+        return list(bench.expected_outputs(inputs))
+    return [bench.expected_output(inputs)]
+
+
+def kept_index(selection: protocol.TimedVerification, expected: list, inputs, count: int) -> dict[str, list[int]]:
+    """Evenly spread indices (``sample_row_indices``) of every drawn dimension, its size read
+    from the first output (or input) whose axes name it."""
+    sizes: dict[str, int] = {}
+    named = [(out.axes, shape) for out, (shape, _) in zip(selection.outputs, expected)]
+    named += [(axes, tuple(t.shape)) for axes, t in zip(selection.input_axes, inputs)
+              if axes is not None and isinstance(t, torch.Tensor)]
+    for axes, shape in named:
+        for axis, name in enumerate(axes):
+            if name is not None and name not in sizes:
+                sizes[name] = int(shape[axis])
+    return {name: sample_row_indices(sizes[name], count) for name in selection.draws}
+
+
+def _selected(tensor, axes: list, index: dict[str, list[int]]):
+    for axis, name in enumerate(axes):
+        if name is not None:
+            tensor = tensor.index_select(axis, torch.tensor(index[name], dtype=torch.long, device=tensor.device))
+    return tensor.contiguous().cpu()
+
+
+def time_row(name: str, fn, row: protocol.PeerRowPlan, opts: dict, timer: Timer, sets: list, saved: dict,
+             full_set: int | None, selection: protocol.TimedVerification) -> dict:
     """Compile, warm up and time ``fn`` on one row; store outputs of timed calls in ``saved``."""
-    shape, dtype = tuple(row["shape"]), DTYPES[row["dtype"]]
-    out_shape, out_dtype = bench.expected_output(sets[0])
+    shape, dtype = tuple(row.shape), DTYPES[row.dtype]
+    expected = expected_outputs(sets[0])
     result: dict = {}
     n_sets = len(sets)
-    rows_kept = sample_row_indices(out_shape[0], opts["sample_rows"])
+    index = kept_index(selection, expected, sets[0], opts["sample_rows"])
 
     def refill(stage: int) -> None:
         with _no_grad():
             for k, inputs in enumerate(sets):
-                fresh = bench.make_inputs(shape, dtype, stage_seed(row["seed"], stage, k))
+                fresh = bench.make_inputs(shape, dtype, stage_seed(row.seed, stage, k))
                 for old, new in zip(inputs, fresh):
                     if isinstance(old, torch.Tensor):
                         _t_copy(old, new)
@@ -87,14 +127,16 @@ def time_row(name: str, fn, row: dict, opts: dict, timer: Timer, sets: list, sav
         return fn(*sets[k])
 
     def keep(method: str, outs: list) -> None:
-        info = {"sample_rows": rows_kept, "full_set": None}
+        info = {"index": index, "full_set": None}
         for k, out in enumerate(outs):
-            problem = _check_output(out, out_shape, out_dtype)
+            problem = _check_output(out, expected)
             if problem:
                 raise RuntimeError(f"{method}: {problem}")
-            saved[f"{name}|{method}|set{k}"] = _sampled_rows(out, rows_kept)
+            for position, (tensor, spec) in enumerate(zip(_returned(out), selection.outputs)):
+                saved[f"{name}|{method}|set{k}|{position}"] = _selected(tensor, spec.axes, index)
         if full_set is not None:
-            saved[f"{name}|{method}|full"] = outs[full_set].contiguous().cpu()
+            for position, tensor in enumerate(_returned(outs[full_set])):
+                saved[f"{name}|{method}|full|{position}"] = tensor.contiguous().cpu()
             info["full_set"] = full_set
         result.setdefault("saved", {})[method] = info
 
@@ -104,7 +146,7 @@ def time_row(name: str, fn, row: dict, opts: dict, timer: Timer, sets: list, sav
         first = call(0)
         _sync()
         result["first_call_s"] = _perf() - t0
-        problem = _check_output(first, out_shape, out_dtype)
+        problem = _check_output(first, expected)
         if problem:
             raise RuntimeError(problem)
         del first
@@ -190,9 +232,10 @@ def _compiled_peer():
 
 
 def _write(workdir: str, name: str, document: dict) -> None:
+    """Write the result so far as a ``protocol.PeersResult`` (the parent reads the same model)."""
     tmp = os.path.join(workdir, name + ".tmp")
     with _open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(json.dumps(document, default=str))
+        handle.write(protocol.PeersResult.model_validate(document).model_dump_json(fallback=str))
     os.replace(tmp, os.path.join(workdir, name))
 
 
@@ -203,8 +246,8 @@ def main(workdir: str) -> int:
     bench = _load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), "assignment_bench.py"),
                          "assignment_bench")
     with _open(os.path.join(workdir, "bench_plan.json"), encoding="utf-8") as handle:
-        plan = json.load(handle)
-    opts = plan["options"]
+        plan = protocol.PeersPlan.model_validate_json(handle.read())
+    opts = plan.options.model_dump()
     document: dict = {"mode": "peers", "rows": [], "started_unix": time.time()}
     if not torch.cuda.is_available():
         document["error"] = "no CUDA device visible to the timing process"
@@ -227,22 +270,25 @@ def main(workdir: str) -> int:
     impls: dict = {}
     if opts.get("copy_bandwidth", True):
         document["copy_bandwidth"] = measure_copy_bandwidth(opts, timer)
+    if opts.get("tensor_core_peak", False):
+        document["tensor_core_throughput"] = measure_tensor_core_throughput(
+            opts, timer, sorted({row.dtype for row in plan.rows}))
     impls.update(bench.PEERS)
-    if plan.get("reference_file"):
-        reference = _load_module(os.path.join(workdir, plan["reference_file"]), "course_reference")
-        impls["reference"] = getattr(reference, plan["function"])
+    if plan.reference_file:
+        reference = _load_module(os.path.join(workdir, plan.reference_file), "course_reference")
+        impls["reference"] = getattr(reference, plan.function)
     if opts.get("compile_peer", True) and bench.COMPILED_PEER is not None:
         impls[bench.COMPILED_PEER[0]] = None  # built per row
 
     fatal = False
-    for index, row in enumerate(plan["rows"]):
-        entry = {"id": row["id"], "shape": row["shape"], "dtype": row["dtype"], "impls": {}}
+    for index, row in enumerate(plan.rows):
+        entry = {"id": row.id, "shape": row.shape, "dtype": row.dtype, "impls": {}}
         document["rows"].append(entry)
         if fatal:
             entry["error"] = "skipped: an earlier CUDA error poisoned the process"
             continue
-        shape, dtype = tuple(row["shape"]), DTYPES[row["dtype"]]
-        sets = [bench.make_inputs(shape, dtype, stage_seed(row["seed"], 0, k)) for k in range(opts["sets"])]
+        shape, dtype = tuple(row.shape), DTYPES[row.dtype]
+        sets = [bench.make_inputs(shape, dtype, stage_seed(row.seed, 0, k)) for k in range(opts["sets"])]
         saved: dict = {}
         full_set = (index % opts["sets"]) if opts.get("save_full", False) else None
         for name, fn in impls.items():
@@ -252,7 +298,7 @@ def main(workdir: str) -> int:
                 except Exception as exc:  # noqa: BLE001
                     entry["impls"][name] = {"error": f"torch.compile unavailable: {type(exc).__name__}: {exc}"}
                     continue
-            entry["impls"][name] = time_row(name, fn, row, opts, timer, sets, saved, full_set)
+            entry["impls"][name] = time_row(name, fn, row, opts, timer, sets, saved, full_set, plan.selection)
             if entry["impls"][name].get("fatal"):
                 fatal = True
                 break

@@ -60,7 +60,7 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # python -I leaves the script's folder out
 import protocol  # noqa: E402  (the harness's sibling files)
-from launches import LaunchRecorder, as_bytes, fresh_buffers  # noqa: E402
+from launches import LaunchRecorder, as_bytes, fresh_buffers, returned_tensors  # noqa: E402
 
 # Rebind what this harness needs before any student code can patch the modules it comes from.
 _perf_counter = time.perf_counter
@@ -329,26 +329,36 @@ class Child:
 
     def describe_output(self, report: dict, result, inputs: list, call_id: str, saved: dict,
                         sample_rows: list | None = None) -> None:
+        """Describe what the call returned: a tensor, or a tuple of ``plan.outputs`` tensors
+        (saved as ``<id>:out``, ``<id>:out1``, ...; ``sample_rows`` applies to the first)."""
         torch = self.torch
         if report["status"] != "ok":
             return
-        if not isinstance(result, torch.Tensor):
+        wanted = self.plan.outputs
+        tensors = returned_tensors(result)
+        if len(tensors) != wanted or (wanted == 1) != isinstance(result, torch.Tensor):
             report["status"] = "not_tensor"
-            report["returned_type"] = type(result).__name__
+            report["returned_type"] = (type(result).__name__ if not isinstance(result, (tuple, list))
+                                       else f"{type(result).__name__} of {len(result)}")
             return
-        plain = result.detach().as_subclass(torch.Tensor)
         input_ptrs = {self.storage_ptr(t) for t in inputs if isinstance(t, torch.Tensor)} - {-1}
-        report["out"] = {
-            "shape": list(plain.shape),
-            "stride": list(plain.stride()),
-            "dtype": str(plain.dtype).replace("torch.", ""),
-            "device": str(plain.device),
-            "contiguous": bool(plain.is_contiguous()),
-            "aliases_input": self.storage_ptr(plain) in input_ptrs,
-            "requires_grad": bool(plain.requires_grad),
-        }
-        if plain.device.type != "meta":
-            saved.update(_output_to_save(plain, call_id, sample_rows))
+        metas = []
+        for k, tensor in enumerate(tensors):
+            plain = tensor.detach().as_subclass(torch.Tensor)
+            metas.append({
+                "shape": list(plain.shape),
+                "stride": list(plain.stride()),
+                "dtype": str(plain.dtype).replace("torch.", ""),
+                "device": str(plain.device),
+                "contiguous": bool(plain.is_contiguous()),
+                "aliases_input": self.storage_ptr(plain) in input_ptrs,
+                "requires_grad": bool(plain.requires_grad),
+            })
+            if plain.device.type != "meta":
+                saved.update(_output_to_save(plain, call_id + (":out" if k == 0 else f":out{k}"),
+                                             sample_rows if k == 0 else None))
+        report["out"] = metas[0]
+        report["more_outputs"] = metas[1:]
 
     def record(self, call, report: dict, result, kept: tuple, args: list, kwargs: dict, saved: dict) -> None:
         """Describe a recorded call; replay it here under the interpreter, keep it for the GPU."""
@@ -375,9 +385,10 @@ class Child:
                 inputs[f"kwarg_{key}"] = as_bytes(self.bases[arg.base])
         try:
             fresh = fresh_buffers(recording, inputs, self.device)
-            out = self.recorder.replay_interpreted(launches, recording, fresh)
-            if out is not None:
-                saved[f"{call.id}:replay_out"] = out.to("cpu").contiguous().clone()
+            outs = self.recorder.replay_interpreted(launches, recording, fresh)
+            for k, out in enumerate(outs):
+                if out is not None:
+                    saved[f"{call.id}:replay_out" + (f"{k}" if k else "")] = out.to("cpu").contiguous().clone()
             replay["status"] = "replayed"
         except Exception as exc:  # noqa: BLE001 - a replay that raises is a finding
             replay.update(status="raised", message=f"{type(exc).__name__}: {_short(str(exc))}")
@@ -691,16 +702,16 @@ def _load_kernel(kernel) -> None:
         kernel.module = None
 
 
-def _output_to_save(plain, call_id: str, sample_rows) -> dict:
-    """The output tensor (CPU copy) to send back: whole, or only ``sample_rows`` of it (an
-    output that has no such rows sends nothing, and the parent reports it missing)."""
+def _output_to_save(plain, key: str, sample_rows) -> dict:
+    """The output tensor (CPU copy) to send back under ``key``: whole, or only ``sample_rows``
+    of it (an output that has no such rows sends nothing, and the parent reports it missing)."""
     if sample_rows is None:
-        return {f"{call_id}:out": plain.to("cpu").contiguous().clone()}
+        return {key: plain.to("cpu").contiguous().clone()}
     import torch
 
     try:
         index = torch.tensor(sample_rows, dtype=torch.long, device=plain.device)
-        return {f"{call_id}:out": plain.index_select(0, index).to("cpu").contiguous().clone()}
+        return {key: plain.index_select(0, index).to("cpu").contiguous().clone()}
     except Exception:  # noqa: BLE001 - wrong shape or rank: nothing to compare
         return {}
 

@@ -225,7 +225,8 @@ class LaunchRecorder:
             call_id: names the recording.
             launches / torch_ops: what ``recording()`` kept.
             args / kwargs: the call's arguments (tensors among them name the ``arg`` buffers).
-            output: the returned value (a tensor names the ``out`` buffer).
+            output: the returned value (a tensor names the ``out`` buffer; a tuple or list of
+                tensors names ``out``, ``out1``, ``out2``, ... in order).
             current_stream: the caller's stream handle (launches elsewhere count as side streams).
         """
         buffers: dict[str, dict] = {}
@@ -247,11 +248,14 @@ class LaunchRecorder:
             known(f"arg{index}", value)
         for key, value in kwargs.items():
             known(f"kwarg_{key}", value)
-        output_layout = None
-        if isinstance(output, torch.Tensor) and output.device.type != "meta":
-            output_layout = {"buffer": known("out", output) or "out", "size": list(output.shape),
-                             "stride": list(output.stride()), "offset": int(output.storage_offset()),
-                             "dtype": str(output.dtype).replace("torch.", "")}
+        layouts = []
+        for k, tensor in enumerate(returned_tensors(output)):
+            if tensor.device.type == "meta":
+                break
+            name = "out" if k == 0 else f"out{k}"
+            layouts.append({"buffer": known(name, tensor) or name, "size": list(tensor.shape),
+                            "stride": list(tensor.stride()), "offset": int(tensor.storage_offset()),
+                            "dtype": str(tensor.dtype).replace("torch.", "")})
         scratch = 0
         kernels: dict[str, tuple[dict, bytes]] = {}
         recorded = []
@@ -296,7 +300,7 @@ class LaunchRecorder:
                     scratch += 1
                     by_base[base] = name
                     buffers[name] = {"name": name, "nbytes": found[1]}
-                if (name == "out" or name.startswith("scratch")) and base in self.fills:
+                if name.startswith(("out", "scratch")) and base in self.fills:
                     buffers[name]["fill"], buffers[name]["fill_dtype"] = self.fills[base]
                 record_args.append({"kind": "pointer", "buffer": name, "offset_bytes": int(value.data_ptr()) - base})
             entry["args"] = record_args
@@ -304,7 +308,8 @@ class LaunchRecorder:
         recording = {
             "call_id": call_id,
             "buffers": list(buffers.values()),
-            "output": output_layout,
+            "output": layouts[0] if layouts else None,
+            "more_outputs": layouts[1:],
             "launches": recorded,
             "torch_ops": list(torch_ops),
             "side_streams": side_streams,
@@ -314,7 +319,8 @@ class LaunchRecorder:
 
     # ---- CPU interpreter replay -----------------------------------------------------------
     def replay_interpreted(self, launches: list[dict], recording: dict, fresh: dict[str, torch.Tensor]):
-        """Run the kept interpreter launches again on fresh buffers; returns the output tensor.
+        """Run the kept interpreter launches again on fresh buffers; returns the output tensors
+        (``output_views``: in return order, empty when the call returned none).
 
         Args:
             launches: what ``recording()`` kept for the call (interpreter entries).
@@ -346,7 +352,24 @@ class LaunchRecorder:
                 run(launch["interpreted"], *positional, grid=grid, warmup=False, **keyword)
             finally:
                 self.in_launch -= 1
-        return output_view(recording["output"], fresh)
+        return output_views(recording, fresh)
+
+
+def returned_tensors(result) -> list[torch.Tensor]:
+    """The tensors a call returned, in order: ``[result]`` for a tensor, the elements of a tuple
+    or list of tensors (at most protocol.MAX_OUTPUTS), else []."""
+    if isinstance(result, torch.Tensor):
+        return [result]
+    if isinstance(result, (tuple, list)) and 0 < len(result) <= 8 and all(isinstance(t, torch.Tensor) for t in result):
+        return list(result)
+    return []
+
+
+def output_views(recording: dict, fresh: dict[str, torch.Tensor]) -> list:
+    """Every returned tensor's place in the replay's buffers, in return order (a missing buffer
+    gives None in its place)."""
+    layouts = [] if recording.get("output") is None else [recording["output"], *(recording.get("more_outputs") or [])]
+    return [output_view(layout, fresh) for layout in layouts]
 
 
 def output_view(layout: dict | None, fresh: dict[str, torch.Tensor]):

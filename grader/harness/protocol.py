@@ -40,6 +40,63 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
+# ---- tolerances (the one rule; read by the parent's checks and by the replay timer) -------
+class Tolerance(BaseModel):
+    """Per-element bound ``|got - expected| <= atol + rtol * scale + vtol * (|expected| + slack) + slack``.
+
+    The one definition of an output's tolerance: the parent's checks (grader/checks.py
+    ``compare``) and the trusted replay timer (replay_child.py, timed outputs) both call
+    ``allowed``, and it travels to the timer inside ``BenchmarkPlan`` as this model.
+
+    ``scale`` is chosen by the assignment from the terms that form each output element (for
+    the softmax VJP: |y| * (|g| + |dot| + sum|y*g|)), so the arithmetic part of the bound
+    follows the row's own magnitude: an all-zero answer cannot pass on long rows, where every
+    element is O(1/N). ``vtol`` covers rounding the result to a narrow output dtype, which is
+    relative to the value itself, not to the terms that made it; keeping it out of ``rtol``
+    keeps a low-precision dot (whose error scales with the terms) visible.
+
+    Attributes:
+        rtol: relative to ``scale`` (error of fp32 arithmetic on the given inputs).
+        atol: absolute floor, in output units; well below any magnitude the checks produce.
+        why: where the numbers come from (stored with a failing check's result).
+        vtol: relative to |expected| (rounding of the stored result), default 0.
+        summary: the reason in a few words, for the one-line failure message.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rtol: float = Field(ge=0.0)
+    atol: float = Field(ge=0.0)
+    why: str
+    vtol: float = Field(0.0, ge=0.0)
+    summary: str = ""
+
+    def allowed(self, expected, scale, slack=None):
+        """The allowed absolute error per element (fp64 tensors of one shape, any device).
+
+        ``slack`` (optional, same shape, >= 0): error that arithmetic the assignment allows
+        makes beyond fp32 rounding, computed exactly from the inputs (for the softmax VJP:
+        products rounded to the input dtype, oracle.product_rounding_slack). It is added as it
+        is, and the rounding of the stored result (``vtol``) applies to the value that
+        arithmetic produced, which lies within ``slack`` of ``expected``.
+        """
+        if slack is None:
+            return self.atol + self.rtol * scale + self.vtol * expected.abs()
+        return self.atol + self.rtol * scale + self.vtol * (expected.abs() + slack) + slack
+
+    def bound(self) -> str:
+        value_part = f" + {self.vtol:.3g} x |expected|" if self.vtol else ""
+        return f"{self.atol:.3g} + {self.rtol:.3g} x scale{value_part}"
+
+    def describe(self) -> str:
+        """The bound with its full reason (stored in the result as ``tolerance``)."""
+        return f"{self.bound()} ({self.why})"
+
+    def describe_short(self) -> str:
+        """The bound with a few-word reason, for failure messages (docs/checks.md has the rest)."""
+        return f"{self.bound()} ({self.summary or self.why}; see docs/checks.md)"
+
+
 # ---- parent -> child ---------------------------------------------------------------------
 class TensorSpec(_Model):
     """A strided view of one flat base buffer of ``inputs.safetensors`` (torch.as_strided).
@@ -132,6 +189,7 @@ class CheckPlan(_Model):
 
     ``precompile_threads``: threads for the compile-only pass over the planned calls before
     the checks (GPU only; 0: no such pass, each specialisation compiles at its first launch).
+    ``outputs``: how many tensors a call returns (1: a tensor; more: a tuple of that many).
     """
 
     function: str
@@ -139,6 +197,7 @@ class CheckPlan(_Model):
     device: str
     other_device: str
     steps: list[StepSpec]
+    outputs: int = Field(1, ge=1, le=8)
     benchmark_rows: list[BenchmarkRowSpec] = Field(default_factory=list)
     precompile_threads: int = Field(0, ge=0, le=64)
 
@@ -181,17 +240,23 @@ class ReplayReport(_Model):
 
 
 class CallReport(_Model):
-    """How one round of one call went, as the child reports it."""
+    """How one round of one call went, as the child reports it (``out``: the returned tensor,
+    or the first of a tuple; ``more_outputs``: the tuple's others)."""
 
     id: Name
     status: Literal["ok", "raised", "not_tensor"] = "raised"
     exception: ExceptionReport | None = None
     returned_type: Name | None = None
     out: OutputMeta | None = None
+    more_outputs: list[OutputMeta] = Field(default_factory=list, max_length=7)
     launches: int = Field(0, ge=0)
     duration_s: float = Field(0.0, ge=0.0)
     fatal: bool = False
     replay: ReplayReport | None = None
+
+    def outputs(self) -> list[OutputMeta]:
+        """What the child saw of every returned tensor, in return order."""
+        return [] if self.out is None else [self.out, *self.more_outputs]
 
 
 class StepReport(_Model):
@@ -242,7 +307,9 @@ MAX_BUFFER_BYTES = 16 << 30
 MAX_SHARED_BYTES = 232448
 _NAME = _re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,255}$")
 _HEX64 = _re.compile(r"^[0-9a-f]{64}$")
-_BUFFER = _re.compile(r"^(arg[0-9]{1,2}|kwarg_[A-Za-z_][A-Za-z0-9_]{0,63}|out|scratch[0-9]{1,3})$")
+_BUFFER = _re.compile(r"^(arg[0-9]{1,2}|kwarg_[A-Za-z_][A-Za-z0-9_]{0,63}|out[0-9]?|scratch[0-9]{1,3})$")
+#: Most outputs one call may return (a tuple of tensors).
+MAX_OUTPUTS = 8
 
 
 def is_allowed_signature_type(text: str) -> bool:
@@ -380,7 +447,8 @@ class BufferRecord(_Model):
     """A device buffer a recorded call's launches touch.
 
     ``arg<i>``/``kwarg_<name>``: the storage of the call's tensor argument (the replay gives it
-    fresh values of the same layout); ``out``: the storage of the returned tensor; ``scratch<j>``:
+    fresh values of the same layout); ``out``: the storage of the returned tensor (``out<k>``:
+    of output k >= 1 of a call that returns several); ``scratch<j>``:
     memory the wrapper allocated for its kernels. ``out`` and scratch are fresh in the replay:
     filled with ``fill`` (as ``fill_dtype``) where the wrapper filled them with one value before
     launching (zeros for an accumulator, say), otherwise with NaN bytes, so that anything the
@@ -418,7 +486,9 @@ class CallRecording(_Model):
     Attributes:
         call_id: the planned call (or benchmark row) the recording belongs to.
         buffers: every buffer a launch points into.
-        output: the returned tensor's place in ``out`` (None: no tensor returned).
+        output: the returned tensor's place in ``out`` (None: no tensor returned); of a call
+            that returns a tuple, its first tensor.
+        more_outputs: the places of the tuple's further tensors (``out1``, ``out2``, ...).
         launches: in launch order.
         torch_ops: PyTorch operators (other than allocation, views and fills of scratch) the
             call ran on its device outside Triton launches: work the replay does not redo.
@@ -430,6 +500,7 @@ class CallRecording(_Model):
     call_id: Name
     buffers: list[BufferRecord] = Field(default_factory=list, max_length=512)
     output: OutputLayout | None = None
+    more_outputs: list[OutputLayout] = Field(default_factory=list, max_length=MAX_OUTPUTS - 1)
     launches: list[LaunchRecord] = Field(default_factory=list, max_length=MAX_LAUNCHES_PER_CALL)
     torch_ops: list[Name] = Field(default_factory=list, max_length=64)
     side_streams: int = Field(0, ge=0)
@@ -438,14 +509,21 @@ class CallRecording(_Model):
     @model_validator(mode="after")
     def _pointers_name_buffers(self) -> CallRecording:
         names = {b.name for b in self.buffers}
-        if self.output is not None and self.output.buffer not in names | {"out"}:
-            raise ValueError("the output lies in no recorded buffer")
+        for k, layout in enumerate(self.output_layouts()):
+            if layout.buffer not in names | {"out" if k == 0 else f"out{k}"}:
+                raise ValueError("an output lies in no recorded buffer")
+        if self.more_outputs and self.output is None:
+            raise ValueError("further outputs without a first one")
         sizes = {b.name: b.nbytes for b in self.buffers}
         for launch in self.launches:
             for arg in launch.args:
                 if isinstance(arg, PointerArg) and (arg.buffer not in names or arg.offset_bytes > sizes[arg.buffer]):
                     raise ValueError("a pointer argument points outside the recorded buffers")
         return self
+
+    def output_layouts(self) -> list[OutputLayout]:
+        """Every returned tensor's place, in return order (empty: none returned)."""
+        return [] if self.output is None else [self.output, *self.more_outputs]
 
 
 class Recording(_Model):
@@ -470,3 +548,251 @@ class Recording(_Model):
                                                                         and arg.value is None):
                         raise ValueError("a launch's argument kind differs from its kernel's signature")
         return self
+
+
+# ---- the timing side: parent <-> trusted replay timer, parent <-> peers child --------------
+# Written by trusted code on both sides (the parent, replay_child.py, bench_child.py); typed so
+# that one definition is read and written by both, and the tolerance travels as the checks'
+# own ``Tolerance``. The replay timer's inputs come from the validated recording only.
+class TimingOptions(_Model):
+    """Sampling settings of the timing children (grader.benchmark.BenchmarkOptions's child part).
+
+    Units: seconds, bytes. ``timing.Timer`` reads them as a dict (``model_dump()``).
+    """
+
+    sets: int = Field(4, ge=1, le=64)
+    budget_s: float = Field(0.4, gt=0)
+    event_budget_s: float = Field(0.15, gt=0)
+    min_samples: int = Field(25, ge=1)
+    max_samples: int = Field(3000, ge=1)
+    target_rel_sem: float = Field(0.002, gt=0)
+    warmup_s: float = Field(0.05, ge=0)
+    flush_bytes: int = Field(0, ge=0)
+    sample_rows: int = Field(8, ge=1)
+    save_full: bool = True
+    compile_peer: bool = True
+    copy_bytes: int = Field(1 << 30, ge=1 << 20)
+    copy_bandwidth: bool = True
+    streaming_probe: bool = True
+    tensor_core_peak: bool = False
+
+
+#: An axis of a tensor in a timed verification: the name of a drawn dimension (its elements
+#: are restricted to the indices drawn for that dimension) or None (the whole axis).
+Axis = str | None
+
+
+class TimedOutput(_Model):
+    """One output of a timed call: which of its elements are verified, and under which bound.
+
+    Attributes:
+        name: the assignment's output name (``dx``, ``out``, ``dw``).
+        axes: per axis of the output, the drawn dimension that selects it, or None (every index).
+        tolerance: the checks' own tolerance of this output in the row's dtype.
+    """
+
+    name: Name
+    axes: list[Axis]
+    tolerance: Tolerance
+
+
+class TimedVerification(_Model):
+    """How every timed call of one row is verified (replay_child.py ``check_timed_outputs``).
+
+    After each timed call the timer draws ``draws[dim]`` random indices of every drawn
+    dimension; each output is compared on the elements its ``axes`` select, against the
+    assignment's ``benchmark_oracle(pristine inputs, drawn indices)``; each tensor input,
+    selected by ``input_axes``, must be bitwise unchanged there.
+
+    Attributes:
+        draws: dimension name -> how many indices are drawn per timed call (>= 1).
+        outputs: the outputs in the order the call returns them.
+        input_axes: per positional argument, its axes (None for a scalar or an input not
+            compared, e.g. a 0-d upstream gradient).
+    """
+
+    draws: dict[Name, int]
+    outputs: list[TimedOutput] = Field(min_length=1)
+    input_axes: list[list[Axis] | None]
+
+    @model_validator(mode="after")
+    def _draws_are_named(self) -> TimedVerification:
+        named = {axis for out in self.outputs for axis in out.axes} | {
+            axis for axes in self.input_axes if axes for axis in axes}
+        unknown = (named - {None}) - set(self.draws)
+        if unknown:
+            raise ValueError(f"axes name dimensions that are not drawn: {sorted(unknown)}")
+        if any(count < 1 for count in self.draws.values()):
+            raise ValueError("every drawn dimension needs at least one index")
+        return self
+
+
+class TimedRow(_Model):
+    """One benchmark row the replay timer times: bench.py ``make_inputs(shape, dtype, seed)``
+    inputs, the recorded call, and how its timed outputs are verified."""
+
+    id: Name
+    shape: list[int]
+    dtype: Literal["float32", "float16", "bfloat16"]
+    seed: int
+    recording: CallRecording
+    verification: TimedVerification
+
+
+class BenchmarkPlan(_Model):
+    """``benchmark_plan.json``: phase 2 of the replay timer (written by the parent)."""
+
+    rows: list[TimedRow]
+    options: TimingOptions
+
+
+class ReplayPlan(_Model):
+    """``replay_plan.json``: phase 1 of the replay timer (written by the parent from a
+    validated recording): the kernels, the recorded check calls and the file of their inputs
+    (keys ``<call id>|<buffer>``)."""
+
+    kernels: list[KernelRecord]
+    check_calls: list[CallRecording] = Field(default_factory=list)
+    check_inputs: str = "replay_inputs.safetensors"
+
+
+class ReplayCallStatus(_Model):
+    """What became of one replayed check call in the replay timer."""
+
+    status: Literal["ok", "error", "skipped"]
+    message: Message = ""
+
+
+class TimedVerdict(_Model):
+    """The verification of every timed call of one timing method of a row.
+
+    Attributes:
+        calls_verified: timed calls whose outputs were verified.
+        elements_outside_tolerance: compared elements over their bound (NaN counts).
+        worst_error_over_tolerance: the largest |err| / allowed, None when not finite.
+        worst_by_output: output name -> its largest |err| / allowed (None: not finite).
+        input_elements_changed: selected input elements that differ from the regenerated ones.
+        passed: calls verified, nothing outside tolerance, no input changed, a finite worst.
+    """
+
+    calls_verified: int = 0
+    elements_outside_tolerance: int = 0
+    worst_error_over_tolerance: float | None = None
+    worst_by_output: dict[Name, float | None] = Field(default_factory=dict)
+    input_elements_changed: int = 0
+    passed: bool = False
+
+
+class TimedRowResult(_Model):
+    """One row as the replay timer reports it: raw samples (the parent computes the
+    statistics), the verifications, or the error that stopped the row.
+
+    ``event``/``graph``/``wall``: timing.py's raw dicts (``samples_s``...; or ``error``).
+    ``stage_s``: wall seconds of each stage (setup, warmup, event, wall, graph).
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    id: Name
+    shape: list[int] = Field(default_factory=list)
+    dtype: Name = ""
+    error: Message | None = None
+    traceback: Message | None = None
+    fatal: bool = False
+    launches: int = 0
+    kernels: list[Name] = Field(default_factory=list)
+    stage_s: dict[Name, float] = Field(default_factory=dict)
+    event: dict[str, Any] | None = None
+    graph: dict[str, Any] | None = None
+    wall: dict[str, Any] | None = None
+    event_verified: TimedVerdict | None = None
+    graph_verified: TimedVerdict | None = None
+    persisting_l2_limit_after: int | None = None
+
+
+class ReplayResult(_Model):
+    """``replay_result.json``: what the replay timer produced, rewritten after each phase and
+    row (``phase``: the last phase that finished)."""
+
+    phase: Literal["started", "checks", "benchmark"] = "started"
+    started_unix: float | None = None
+    finished_unix: float | None = None
+    error: Message | None = None
+    benchmark_error: Message | None = None
+    benchmark_stopped: bool = False
+    gpu: dict[str, Any] | None = None
+    versions: dict[str, Any] | None = None
+    persisting_l2_control: Message | None = None
+    flush_bytes: int | None = None
+    check_calls: dict[Name, ReplayCallStatus] = Field(default_factory=dict)
+    rows: list[TimedRowResult] = Field(default_factory=list)
+
+
+class PeerRowPlan(_Model):
+    """One row of the peers child's plan."""
+
+    id: Name
+    shape: list[int]
+    dtype: Literal["float32", "float16", "bfloat16"]
+    seed: int
+
+
+class PeersPlan(_Model):
+    """``bench_plan.json``: what the peers child times (written by the parent). ``selection``:
+    which elements of each output it keeps for the parent's re-verification (the same axes as
+    the replay timer's; its tolerances are those of the first row's dtype, unused there)."""
+
+    mode: Literal["peers"] = "peers"
+    rows: list[PeerRowPlan]
+    options: TimingOptions
+    function: Name
+    module_file: Name
+    selection: TimedVerification
+    reference_file: Name | None = None
+
+
+class PeerRowResult(_Model):
+    """One row of the peers child's result: per implementation its raw timings and what the
+    parent's re-verification found (``verified``, added by grader/benchmark/verify.py)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: Name
+    shape: list[int] = Field(default_factory=list)
+    dtype: Name = ""
+    impls: dict[Name, dict[str, Any]] = Field(default_factory=dict)
+    streaming_probe: dict[str, Any] | None = None
+    outputs_file: Name | None = None
+    error: Message | None = None
+
+
+class PeersResult(_Model):
+    """``bench_result.json`` (or ``bench_progress.json`` while running): the peers child's
+    environment, measured peaks and rows.
+
+    Attributes:
+        copy_bandwidth: timing.measure_copy_bandwidth's result (``bytes_per_s``...).
+        tensor_core_throughput: dtype name -> {"flops_per_s", "shape", ...}: the measured
+            matrix-multiply peak (compute and roofline floors), when measured.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    mode: Literal["peers"] = "peers"
+    rows: list[PeerRowResult] = Field(default_factory=list)
+    started_unix: float | None = None
+    finished_unix: float | None = None
+    error: Message | None = None
+    gpu: dict[str, Any] | None = None
+    gpu_after: dict[str, Any] | None = None
+    versions: dict[str, Any] | None = None
+    copy_bandwidth: dict[str, Any] | None = None
+    tensor_core_throughput: dict[Name, dict[str, Any]] = Field(default_factory=dict)
+    flush_bytes: int | None = None
+    persisting_l2_control: Message | None = None
+    persisting_l2_limit_at_start: int | None = None
+    complete: bool = False
+    returncode: int | None = None
+    log_tail: Message = ""
+    duration_s: float | None = None
+    cached_from: Message | None = None

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
 import math
 import os
 import secrets
@@ -56,7 +55,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # python -I leaves the script's folder out
 import protocol  # noqa: E402
 from cuda_driver import CudaDriver, pack_parameters  # noqa: E402
-from launches import fresh_buffers, output_view  # noqa: E402
+from launches import fresh_buffers, output_views  # noqa: E402
 from timing import DTYPES, PersistingL2, Timer, _sync, gpu_info, versions  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -74,10 +73,10 @@ def _load_module(name: str):
     return module
 
 
-def _write(workdir: str, document: dict) -> None:
+def _write(workdir: str, document: protocol.ReplayResult) -> None:
     tmp = os.path.join(workdir, "replay_result.json.tmp")
     with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(document, handle, default=str)
+        handle.write(document.model_dump_json(fallback=str))
     os.replace(tmp, os.path.join(workdir, "replay_result.json"))
 
 
@@ -154,38 +153,39 @@ class Sequence:
             self.driver.launch(kernel, grid, parameters, stream)
 
 
-def replay_checks(plan: dict, kernels: Kernels, workdir: str, result: dict) -> bool:
-    """Phase 1; returns False when a CUDA error poisoned the process."""
+def replay_checks(plan: protocol.ReplayPlan, kernels: Kernels, workdir: str, result: protocol.ReplayResult) -> bool:
+    """Phase 1; returns False when a CUDA error poisoned the process. Outputs are saved under
+    the call id (the first) and ``<call id>:out<k>`` (output k >= 1 of a tuple)."""
     from safetensors.torch import load_file, save_file
 
-    calls = [protocol.CallRecording.model_validate(c) for c in plan.get("check_calls", [])]
-    if not calls:
+    if not plan.check_calls:
         return True
-    inputs = load_file(os.path.join(workdir, plan["check_inputs"]))
+    inputs = load_file(os.path.join(workdir, plan.check_inputs))
     outputs: dict = {}
-    status: dict = {}
+    status: dict[str, protocol.ReplayCallStatus] = {}
     alive = True
-    for call in calls:
+    for call in plan.check_calls:
         if not alive:
-            status[call.call_id] = {"status": "skipped", "message": "an earlier replay poisoned the GPU context"}
+            status[call.call_id] = protocol.ReplayCallStatus(status="skipped",
+                                                             message="an earlier replay poisoned the GPU context")
             continue
         try:
             given = {key.split("|", 1)[1]: tensor for key, tensor in inputs.items() if key.split("|", 1)[0] == call.call_id}
             buffers = fresh_buffers(call.model_dump(), given, "cuda")
             Sequence(call, buffers, kernels)()
             _sync()
-            out = output_view(call.output.model_dump() if call.output else None, buffers)
-            if out is not None:
-                outputs[call.call_id] = out.contiguous().cpu()
-            status[call.call_id] = {"status": "ok"}
+            for k, out in enumerate(output_views(call.model_dump(), buffers)):
+                if out is not None:
+                    outputs[call.call_id if k == 0 else f"{call.call_id}:out{k}"] = out.contiguous().cpu()
+            status[call.call_id] = protocol.ReplayCallStatus(status="ok")
         except Exception as exc:  # noqa: BLE001 - a failing replay is a finding about the submission
             text = f"{type(exc).__name__}: {str(exc)[:500]}"
-            status[call.call_id] = {"status": "error", "message": text}
+            status[call.call_id] = protocol.ReplayCallStatus(status="error", message=text)
             if "CUDA" in text or "illegal" in text.lower() or "launch" in text.lower():
                 alive = _context_alive()
     if outputs:
         save_file(outputs, os.path.join(workdir, "replay_outputs.safetensors"))
-    result["check_calls"] = status
+    result.check_calls = status
     return alive
 
 
@@ -198,36 +198,34 @@ def _context_alive() -> bool:
         return False
 
 
-def time_rows(plan: dict, kernels: Kernels, workdir: str, result: dict) -> None:
+def time_rows(plan: protocol.BenchmarkPlan, kernels: Kernels, workdir: str, result: protocol.ReplayResult) -> None:
     """Phase 2: time and verify every benchmark row (see the module docstring)."""
     bench = _load_module("assignment_bench")
     oracle = _load_module("assignment_oracle")
-    spec = plan["benchmark"]
-    opts = spec["options"]
+    opts = plan.options.model_dump()
     l2 = PersistingL2()
-    result["persisting_l2_control"] = l2.how
+    result.persisting_l2_control = l2.how
     l2.reset()
-    l2_bytes = result["gpu"]["l2_bytes"] or (50 << 20)
+    l2_bytes = (result.gpu or {}).get("l2_bytes") or (50 << 20)
     flush_bytes = int(opts.get("flush_bytes") or max(4 * l2_bytes, 256 << 20))
-    result["flush_bytes"] = flush_bytes
+    result.flush_bytes = flush_bytes
     timer = Timer(opts, torch.ones(flush_bytes // 4, device="cuda", dtype=torch.float32), l2)
     generator = torch.Generator(device="cuda")
     generator.manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
-    rows_out = []
-    result["rows"] = rows_out
-    for row in spec["rows"]:
+    for row in plan.rows:
         if os.path.exists(os.path.join(workdir, STOP_BENCHMARK)):
-            result["benchmark_stopped"] = True  # the parent no longer needs the times
+            result.benchmark_stopped = True  # the parent no longer needs the times
             break
-        entry = {"id": row["id"], "shape": row["shape"], "dtype": row["dtype"]}
-        rows_out.append(entry)
+        entry = protocol.TimedRowResult(id=row.id, shape=row.shape, dtype=row.dtype)
+        result.rows.append(entry)
         try:
-            entry.update(_time_row(row, spec, opts, bench, oracle, kernels, timer, generator))
+            for key, value in _time_row(row, opts, bench, oracle, kernels, timer, generator).items():
+                setattr(entry, key, value)
         except Exception as exc:  # noqa: BLE001 - a failing row is reported, not fatal
-            entry["error"] = f"{type(exc).__name__}: {str(exc)[:1000]}"
-            entry["traceback"] = "".join(traceback.format_exception(exc))[-3000:]
+            entry.error = f"{type(exc).__name__}: {str(exc)[:1000]}"
+            entry.traceback = "".join(traceback.format_exception(exc))[-3000:]
             if not _context_alive():
-                entry["fatal"] = True
+                entry.fatal = True
                 break
         torch.cuda.empty_cache()
         _write(workdir, result)
@@ -240,63 +238,94 @@ def _bits(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()])
 
 
-def check_timed_output(out: torch.Tensor, inputs: list, pristine: list, rows: torch.Tensor, oracle,
-                       tolerance: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Verify ``rows`` of one timed call's output (0-d tensors on the device, no synchronisation).
+def select(tensor: torch.Tensor, axes: list, index: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The elements of ``tensor`` that ``axes`` pick: along each axis named by a drawn
+    dimension, the indices drawn for it (``index[name]``); every index along an axis of None."""
+    for axis, name in enumerate(axes):
+        if name is not None:
+            tensor = tensor.index_select(axis, index[name])
+    return tensor
+
+
+def draw_indices(verification: protocol.TimedVerification, outputs: list[torch.Tensor], inputs: list,
+                 count: int, generator: torch.Generator) -> list[dict[str, torch.Tensor]]:
+    """``count`` independent draws (one per timed call to verify) of ``verification.draws[d]``
+    indices of every drawn dimension d, uniform over its size (read from the first output or
+    input whose axes name it); drawn on the outputs' device after the calls."""
+    sizes: dict[str, int] = {}
+    named = [(out.axes, tensor) for out, tensor in zip(verification.outputs, outputs)]
+    named += [(axes, tensor) for axes, tensor in zip(verification.input_axes, inputs) if axes is not None]
+    for axes, tensor in named:
+        for axis, name in enumerate(axes):
+            if name is not None and name not in sizes:
+                sizes[name] = int(tensor.shape[axis])
+    device = outputs[0].device
+    drawn = {name: torch.randint(0, sizes[name], (count, per_call), device=device, generator=generator)
+             for name, per_call in verification.draws.items()}
+    return [{name: values[i] for name, values in drawn.items()} for i in range(count)]
+
+
+def check_timed_output(outs: list[torch.Tensor], inputs: list, pristine: list, index: dict[str, torch.Tensor],
+                       oracle, verification: protocol.TimedVerification) -> tuple:
+    """Verify one timed call's outputs on the elements ``index`` selects (0-d tensors on the
+    device, no synchronisation).
 
     Args:
-        out: the call's output.
+        outs: the call's outputs, in return order.
         inputs: the input buffers the call was given, as they are after it.
         pristine: the same inputs as they were before the call, regenerated after it into new
             buffers (the kernel never had their addresses).
-        rows: output rows to check (row indices, drawn after the call).
-        oracle: the assignment's oracle module (``benchmark_oracle(inputs, rows)``).
-        tolerance: {"rtol", "atol", "vtol"} of the output dtype.
+        index: drawn dimension -> LongTensor of indices, drawn after the call.
+        oracle: the assignment's oracle module (``benchmark_oracle(inputs, index)`` ->
+            {output name: (expected, scale, slack)} on the selected elements).
+        verification: per output its axes and the checks' own ``Tolerance`` of the row's
+            dtype, applied with ``Tolerance.allowed`` (slack included); per input its axes.
 
     Returns:
-        (worst error over tolerance, elements outside tolerance, elements of ``rows`` of the
-        inputs that differ from ``pristine``): the oracle is that of ``pristine``, so a kernel
-        that bends its inputs towards its output is measured against what it was given.
+        (worst error over tolerance, elements outside tolerance, selected input elements that
+        differ from ``pristine``, [worst per output]): the oracle is that of ``pristine``, so a
+        kernel that bends its inputs towards its output is measured against what it was given.
     """
-    return check_timed_outputs([(out, inputs, pristine, rows)], oracle, tolerance)
+    return check_timed_outputs([(outs, inputs, pristine, index)], oracle, verification)
 
 
-def check_timed_outputs(calls: list[tuple], oracle, tolerance: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``check_timed_output`` over several timed calls at once: each call's (out, inputs,
-    pristine, rows) is gathered on its own (its oracle is that of its own pristine inputs:
+def check_timed_outputs(calls: list[tuple], oracle, verification: protocol.TimedVerification) -> tuple:
+    """``check_timed_output`` over several timed calls at once: each call's (outs, inputs,
+    pristine, index) is gathered on its own (its oracle is that of its own pristine inputs:
     ``benchmark_oracle`` may depend on the whole input, e.g. the cross-entropy's count of
-    valid targets), then one comparison covers every gathered row. Same results as the calls
-    checked one by one (summed counts, the largest error), with about half the host work per
-    call, so that more timed calls fit in the benchmark's budget.
+    valid targets, layernorm's dw over every row), then one comparison per output covers every
+    gathered element. Same results as the calls checked one by one (summed counts, the largest
+    error), with about half the host work per call.
 
     Returns:
-        (worst error over tolerance, elements outside tolerance, input elements changed), 0-d
-        tensors on the device (no synchronisation).
+        (worst error over tolerance, elements outside tolerance, input elements changed,
+        [worst error over tolerance of each output]), 0-d tensors on the device.
     """
-    got, expected, scales = [], [], []
-    given_rows: list[list[torch.Tensor]] = []
-    before_rows: list[list[torch.Tensor]] = []
-    for out, inputs, pristine, rows in calls:
-        value, scale = oracle.benchmark_oracle(tuple(pristine), rows)
-        expected.append(value)
-        scales.append(scale.expand_as(value))
-        got.append(out.index_select(0, rows).double())
-        position = 0
-        for given, before in zip(inputs, pristine):
-            if isinstance(given, torch.Tensor) and given.dim() > 0:
-                if position == len(given_rows):
-                    given_rows.append([])
-                    before_rows.append([])
-                given_rows[position].append(_bits(given.index_select(0, rows)).flatten())
-                before_rows[position].append(_bits(before.index_select(0, rows)).flatten())
-                position += 1
-    expected_all = torch.cat(expected)
-    allowed = tolerance["atol"] + tolerance["rtol"] * torch.cat(scales) + tolerance["vtol"] * expected_all.abs()
-    ratio = ((torch.cat(got) - expected_all).abs() / allowed).nan_to_num(nan=math.inf)
-    changed = torch.zeros((), dtype=torch.int64, device=expected_all.device)
-    for given, before in zip(given_rows, before_rows):
-        changed += torch.cat(given).ne(torch.cat(before)).sum()
-    return ratio.max(), (ratio > 1).sum(), changed
+    ratios: list[list[torch.Tensor]] = [[] for _ in verification.outputs]
+    given_parts: list[torch.Tensor] = []
+    before_parts: list[torch.Tensor] = []
+    for outs, inputs, pristine, index in calls:
+        expected_by_name = oracle.benchmark_oracle(tuple(pristine), index)
+        for k, spec in enumerate(verification.outputs):
+            expected, scale, slack = expected_by_name[spec.name]
+            got = select(outs[k], spec.axes, index).double()
+            allowed = spec.tolerance.allowed(expected, scale.expand_as(expected),
+                                             None if slack is None else slack.expand_as(expected))
+            ratio = ((got - expected).abs() / allowed).nan_to_num(nan=math.inf)
+            ratios[k].append(ratio.flatten())
+        for given, before, axes in zip(inputs, pristine, verification.input_axes):
+            if axes is not None and isinstance(given, torch.Tensor):
+                given_parts.append(_bits(select(given, axes, index)).flatten().to(torch.int64))
+                before_parts.append(_bits(select(before, axes, index)).flatten().to(torch.int64))
+    per_output = [torch.cat(parts) for parts in ratios]
+    worst_by_output = [r.max() if r.numel() else torch.zeros((), dtype=torch.float64, device=r.device)
+                       for r in per_output]
+    worst = torch.stack(worst_by_output).max()
+    bad = sum((r > 1).sum() for r in per_output)
+    changed = torch.zeros((), dtype=torch.int64, device=worst.device)
+    if given_parts:
+        changed += torch.cat(given_parts).ne(torch.cat(before_parts)).sum()
+    return worst, bad, changed, worst_by_output
 
 
 def regenerate(bench, like: list, seed: int, generator: torch.Generator) -> list:
@@ -308,7 +337,7 @@ def regenerate(bench, like: list, seed: int, generator: torch.Generator) -> list
     return fresh
 
 
-def _time_row(row: dict, spec: dict, opts: dict, bench, oracle, kernels: Kernels, timer: Timer, generator) -> dict:
+def _time_row(row: protocol.TimedRow, opts: dict, bench, oracle, kernels: Kernels, timer: Timer, generator) -> dict:
     """Time and verify one row; the result's ``stage_s`` gives the wall seconds of each stage
     (setup, warmup, event, wall, graph), the row's share of the benchmark's exclusive GPU time."""
     stage_started = _perf()
@@ -320,23 +349,22 @@ def _time_row(row: dict, spec: dict, opts: dict, bench, oracle, kernels: Kernels
         stage_s[name] = now - stage_started
         stage_started = now
 
-    recording = protocol.CallRecording.model_validate(row["recording"])
-    shape, dtype = tuple(row["shape"]), DTYPES[row["dtype"]]
-    tolerance = spec["tolerances"][row["dtype"]]
-    per_call_rows = int(spec.get("verify_rows_per_call", 2))
+    recording = row.recording
+    verification = row.verification
+    shape, dtype = tuple(row.shape), DTYPES[row.dtype]
     n_sets = int(opts["sets"])
-    sets = [list(bench.make_inputs(shape, dtype, row["seed"] * 1000 + k, "cuda")) for k in range(n_sets)]
+    sets = [list(bench.make_inputs(shape, dtype, row.seed * 1000 + k, "cuda")) for k in range(n_sets)]
     sequences, outputs = [], []
     for inputs in sets:
         given = {f"arg{i}": torch.empty(0, dtype=torch.uint8, device="cuda").set_(t.untyped_storage())
                  for i, t in enumerate(inputs) if isinstance(t, torch.Tensor)}
         buffers = fresh_buffers(recording.model_dump(), given, "cuda", copy_inputs=False)
         sequences.append(Sequence(recording, buffers, kernels))
-        outputs.append(output_view(recording.output.model_dump() if recording.output else None, buffers))
-    if outputs[0] is None:
-        raise RuntimeError("the recorded call returned no tensor")
-    rows_total = outputs[0].shape[0]
-    state = _fresh_state()
+        outputs.append(output_views(recording.model_dump(), buffers))
+    if len(outputs[0]) != len(verification.outputs) or any(out is None for out in outputs[0]):
+        raise RuntimeError(f"the recorded call returned {len(outputs[0])} tensor(s) in its buffers, "
+                           f"expected {len(verification.outputs)}")
+    state = _fresh_state(len(verification.outputs))
     seeds = [0] * n_sets  # the seed of the values set k holds now (never leaves this process)
     values = torch.Generator(device="cuda")
 
@@ -349,13 +377,15 @@ def _time_row(row: dict, spec: dict, opts: dict, bench, oracle, kernels: Kernels
         bench.refill_inputs(sets[k], values.manual_seed(seeds[k]))
 
     def verify_and_refresh_sets(ks: list[int]) -> None:
-        """Verify the last timed call on each set of ``ks`` (rows drawn now, after the calls),
+        """Verify the last timed call on each set of ``ks`` (indices drawn now, after the calls),
         then give those sets new values; every set's output is still the one of its last call."""
-        rows = torch.randint(0, rows_total, (len(ks), per_call_rows), device="cuda", generator=generator)
-        checked = [(outputs[k], sets[k], regenerate(bench, sets[k], seeds[k], values), rows[i])
+        drawn = draw_indices(verification, outputs[0], sets[0], len(ks), generator)
+        checked = [(outputs[k], sets[k], regenerate(bench, sets[k], seeds[k], values), drawn[i])
                    for i, k in enumerate(ks)]
-        worst, bad, changed = check_timed_outputs(checked, oracle, tolerance)
+        worst, bad, changed, by_output = check_timed_outputs(checked, oracle, verification)
         torch.maximum(state["worst"], worst, out=state["worst"])
+        for kept, value in zip(state["by_output"], by_output):
+            torch.maximum(kept, value, out=kept)
         state["bad"] += bad
         state["changed"] += changed
         state["calls"] += len(ks)
@@ -371,6 +401,7 @@ def _time_row(row: dict, spec: dict, opts: dict, bench, oracle, kernels: Kernels
     def verify_all() -> None:
         verify_and_refresh_sets(list(range(n_sets)))
 
+    names = [spec.name for spec in verification.outputs]
     out: dict = {"launches": len(recording.launches), "kernels": sorted({launch.kernel[:12] for launch in recording.launches}),
                  "stage_s": stage_s}
     _sync()
@@ -392,24 +423,24 @@ def _time_row(row: dict, spec: dict, opts: dict, bench, oracle, kernels: Kernels
     for k in range(n_sets):
         call(k)
     verify_all()
-    state.update(_fresh_state())
+    state.update(_fresh_state(len(names)))
     _sync()
     stage("warmup")
     timer.l2.reset()
     stats, _ = timer.events(call, n_sets, after=verify_after_call)
     _sync()
     out["event"] = stats
-    out["event_verified"] = _verdict(state)
+    out["event_verified"] = _verdict(state, names)
     stage("event")
     out["wall"] = timer.wall(call, n_sets)
     stage("wall")
     timer.l2.reset()
-    state.update(_fresh_state())
+    state.update(_fresh_state(len(names)))
     try:
         stats, _ = timer.graph(call, n_sets, after=verify_all)
         _sync()
         out["graph"] = stats
-        out["graph_verified"] = _verdict(state)
+        out["graph_verified"] = _verdict(state, names)
     except Exception as exc:  # noqa: BLE001 - capture failures are a finding
         out["graph"] = {"error": f"graph capture or replay failed: {type(exc).__name__}: {str(exc)[:500]}"}
     finally:
@@ -419,20 +450,24 @@ def _time_row(row: dict, spec: dict, opts: dict, bench, oracle, kernels: Kernels
     return out
 
 
-def _fresh_state() -> dict:
+def _fresh_state(outputs: int) -> dict:
     return {"worst": torch.zeros((), dtype=torch.float64, device="cuda"),
+            "by_output": [torch.zeros((), dtype=torch.float64, device="cuda") for _ in range(outputs)],
             "bad": torch.zeros((), dtype=torch.int64, device="cuda"),
             "changed": torch.zeros((), dtype=torch.int64, device="cuda"), "calls": 0}
 
 
-def _verdict(state: dict) -> dict:
+def _verdict(state: dict, names: list[str]) -> protocol.TimedVerdict:
     _sync()
     worst = float(state["worst"])
     changed = int(state["changed"])
-    return {"calls_verified": state["calls"], "elements_outside_tolerance": int(state["bad"]),
-            "worst_error_over_tolerance": worst if math.isfinite(worst) else None,
-            "input_elements_changed": changed,
-            "passed": state["calls"] > 0 and int(state["bad"]) == 0 and changed == 0 and math.isfinite(worst)}
+    by_output = {name: (value if math.isfinite(value) else None)
+                 for name, value in zip(names, (float(v) for v in state["by_output"]))}
+    return protocol.TimedVerdict(
+        calls_verified=state["calls"], elements_outside_tolerance=int(state["bad"]),
+        worst_error_over_tolerance=worst if math.isfinite(worst) else None, worst_by_output=by_output,
+        input_elements_changed=changed,
+        passed=state["calls"] > 0 and int(state["bad"]) == 0 and changed == 0 and math.isfinite(worst))
 
 
 def _wait_for(workdir: str, name: str) -> str | None:
@@ -447,41 +482,40 @@ def _wait_for(workdir: str, name: str) -> str | None:
 
 
 def main(workdir: str) -> int:
-    result: dict = {"started_unix": time.time(), "phase": "started"}
+    result = protocol.ReplayResult(started_unix=time.time())
     if not torch.cuda.is_available():
-        result["error"] = "no CUDA device visible to the replay process"
+        result.error = "no CUDA device visible to the replay process"
         _write(workdir, result)
         return 0
     torch.cuda.init()
     torch.zeros(1, device="cuda")  # makes PyTorch's primary context current on this thread
-    result["gpu"] = gpu_info()
-    result["versions"] = versions()
+    result.gpu = gpu_info()
+    result.versions = versions()
     plan_path = _wait_for(workdir, "replay_plan.json")
     if plan_path is None:
         return 0
     with open(plan_path, encoding="utf-8") as handle:
-        plan = json.load(handle)
+        plan = protocol.ReplayPlan.model_validate_json(handle.read())
     try:
         driver = CudaDriver()
-        kernels = Kernels(driver, [protocol.KernelRecord.model_validate(k) for k in plan["kernels"]],
-                          os.path.join(workdir, "kernels"))
+        kernels = Kernels(driver, plan.kernels, os.path.join(workdir, "kernels"))
     except Exception as exc:  # noqa: BLE001
-        result["error"] = f"cannot set up the CUDA driver: {type(exc).__name__}: {exc}"
+        result.error = f"cannot set up the CUDA driver: {type(exc).__name__}: {exc}"
         _write(workdir, result)
         return 0
     alive = replay_checks(plan, kernels, workdir, result)
-    result["phase"] = "checks"
+    result.phase = "checks"
     _write(workdir, result)
     bench_path = _wait_for(workdir, "benchmark_plan.json")
     if bench_path is not None:
         with open(bench_path, encoding="utf-8") as handle:
-            plan["benchmark"] = json.load(handle)
+            benchmark = protocol.BenchmarkPlan.model_validate_json(handle.read())
         if alive:
-            time_rows(plan, kernels, workdir, result)
+            time_rows(benchmark, kernels, workdir, result)
         else:
-            result["benchmark_error"] = "not timed: a replayed check call poisoned the GPU context"
-        result["phase"] = "benchmark"
-    result["finished_unix"] = time.time()
+            result.benchmark_error = "not timed: a replayed check call poisoned the GPU context"
+        result.phase = "benchmark"
+    result.finished_unix = time.time()
     _write(workdir, result)
     return 0
 

@@ -392,3 +392,42 @@ def measure_copy_bandwidth(opts: dict, timer: Timer) -> dict:
     }
 
 
+#: Size of the square matrix products that measure the tensor-core peak (2 n^3 FLOPs each).
+PEAK_MATMUL_N = 8192
+
+
+def measure_tensor_core_throughput(opts: dict, timer: Timer, dtypes: list[str]) -> dict:
+    """Matrix-multiply throughput per dtype (FLOP/s): ``torch.mm`` of two (n, n) matrices
+    (n = PEAK_MATMUL_N, 2 n^3 FLOPs, cuBLAS's best kernel on the tensor cores for float16 and
+    bfloat16; float32 as PyTorch runs it by default, without TF32), timed in a CUDA graph like
+    every row. The compute floor of a row is its FLOPs over this peak: a kernel cannot do the
+    same arithmetic faster than the vendor's matrix product on this device in this run.
+    """
+    results: dict = {}
+    timing = Timer(dict(opts, budget_s=min(opts["budget_s"], 1.0), event_budget_s=min(opts["budget_s"], 1.0),
+                        min_samples=10), timer.flush_buffer, timer.l2)
+    n = PEAK_MATMUL_N
+    for name in dtypes:
+        try:
+            a = torch.randn((n, n), device="cuda", dtype=DTYPES[name])
+            b = torch.randn((n, n), device="cuda", dtype=DTYPES[name])
+            out = torch.empty((n, n), device="cuda", dtype=DTYPES[name])
+
+            def product(_k, a=a, b=b, out=out):
+                torch.mm(a, b, out=out)
+                return out
+
+            for _ in range(3):
+                product(0)
+            _sync()
+            stats, _ = timing.graph(product, 1)
+            timing._keep = None
+            results[name] = {"flops_per_s": 2.0 * n ** 3 / stats["median_s"], "shape": [n, n, n], "stats": stats,
+                             "what": f"torch.mm of two ({n}, {n}) {name} matrices, CUDA-graph timing"}
+        except Exception as exc:  # noqa: BLE001 - a missing peak leaves the compute floor unknown, flagged
+            results[name] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+        finally:
+            a = b = out = None
+            torch.cuda.empty_cache()
+    return results
+

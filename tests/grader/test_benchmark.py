@@ -19,6 +19,7 @@ from safetensors.torch import save_file
 from grader import benchmark as bench
 from grader.assignments import get_assignment
 from grader.assignments.softmax_backward.oracle import vjp_fp64
+from grader.benchmark import cli as bench_cli
 from grader.benchmark import score
 from grader.benchmark.cli import main_benchmark, print_benchmark
 from grader.benchmark.options import benchmark_rows
@@ -51,8 +52,9 @@ def test_rows_can_be_overridden():
 
 @pytest.mark.parametrize("dtype,size", [("float32", 4), ("float16", 2), ("bfloat16", 2)])
 def test_bytes_count_two_reads_and_one_write(dtype, size):
-    assert SPEC.floor_bytes((65536, 256), dtype)["min"] == 3 * 65536 * 256 * size
-    assert SPEC.floor_bytes((256, 131072), dtype)["two_pass"] == 5 * 256 * 131072 * size
+    assert SPEC.floor.kind == "bandwidth"
+    assert SPEC.floor.bytes((65536, 256), dtype)["min"] == 3 * 65536 * 256 * size
+    assert SPEC.floor.bytes((256, 131072), dtype)["two_pass"] == 5 * 256 * 131072 * size
 
 
 def test_geometric_mean():
@@ -125,9 +127,9 @@ def test_child_without_cuda_reports_instead_of_timing(tmp_path):
     harness = stage_harness(tmp_path / "harness", {"assignment_bench.py": SPEC.bench_file})
     work = tmp_path / "work"
     work.mkdir()
-    (work / "bench_plan.json").write_text(json.dumps(
-        {"rows": [], "options": bench.BenchmarkOptions().child_options(),
-         "function": "softmax_backward", "module_file": "softmax_backward.py"}))
+    from grader.benchmark.children import write_plan
+
+    write_plan(work, rows=[], options=bench.BenchmarkOptions(), assignment=ASSIGNMENT, reference_file=None)
     done = subprocess.run([sys.executable, "-I", str(harness / "bench_child.py"), str(work)], timeout=120,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -148,10 +150,10 @@ def _fake_outputs(row, stage_for_method, sets, corrupt=None):
             out = dx.to(dtype)
             if corrupt == method and k == 1:
                 out[kept[0], 0] += 1.0
-            tensors[f"student|{method}|set{k}"] = out[kept].contiguous()
+            tensors[f"student|{method}|set{k}|0"] = out[kept].contiguous()
             if k == 0:
-                tensors[f"student|{method}|full"] = out.contiguous()
-        saved[method] = {"sample_rows": kept, "full_set": 0}
+                tensors[f"student|{method}|full|0"] = out.contiguous()
+        saved[method] = {"index": {"M": kept}, "full_set": 0}
     return tensors, saved
 
 
@@ -357,7 +359,7 @@ def test_benchmark_command_refuses_without_a_gpu(tmp_path, capsys):
     assert "needs a CUDA GPU" in err and " us" not in err
     assert not (tmp_path / "r.json").exists()
     with pytest.raises(bench.NoGPU):
-        bench.benchmark_file(source, output=None, assignment="softmax_backward")
+        bench_cli.benchmark_file(source, output=None, assignment="softmax_backward")
 
 
 def test_print_benchmark_renders_a_table():

@@ -128,7 +128,7 @@ def test_non_finite_numbers_anywhere_in_a_document_are_strings():
     parsed = strict_json(document.to_json())
     assert parsed["checks"][0]["max_err_over_tolerance"] == "NaN"
     assert parsed["checks"][0]["details"] == {"x": "-Infinity", "nested": {"y": ["NaN", 1.0]}}
-    assert parsed["benchmark"]["rows"] == [{"t": "Infinity"}] and parsed["timings_s"] == {"compile": "Infinity"}
+    assert parsed["benchmark"]["rows"][0]["t"] == "Infinity" and parsed["timings_s"] == {"compile": "Infinity"}
     again = ResultDocument.model_validate(parsed)
     assert math.isnan(again.checks[0].max_err_over_tolerance) and again.verdict is Verdict.FAILED
 

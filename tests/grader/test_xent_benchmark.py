@@ -48,7 +48,7 @@ def test_baseline_and_peers_are_named_and_scoped():
 @pytest.mark.parametrize("dtype, size", [("float32", 4), ("float16", 2), ("bfloat16", 2)])
 def test_floor_bytes_read_x_once_and_write_dlogits_once(dtype, size):
     m, c = 4096, 32768
-    floor = SPEC.floor_bytes((m, c), dtype)
+    floor = SPEC.floor.bytes((m, c), dtype)
     assert floor["min"] == 2 * m * c * size + 8 * m  # x read + dx written + int64 targets
     assert floor["two_pass"] == 3 * m * c * size + 8 * m  # x read twice
 
@@ -101,9 +101,9 @@ def test_refill_draws_every_value_from_its_generator():
 
 def test_oracle_of_sampled_rows_counts_n_valid_over_the_whole_batch():
     inputs = BENCH.make_inputs((40, 17), torch.float16, 9, device="cpu")
-    full, full_scale = SPEC.oracle_rows(inputs, None)
+    full, full_scale, _ = SPEC.oracle(inputs, None)["dx"]
     rows = tuple(timing.sample_row_indices(40, 4))
-    part, part_scale = SPEC.oracle_rows(inputs, rows)
+    part, part_scale, _ = SPEC.oracle(inputs, {"M": torch.tensor(rows)})["dx"]
     assert torch.equal(part, full[list(rows)]) and torch.equal(part_scale, full_scale[list(rows)])
     assert torch.equal(full, xent_grad_fp64(*inputs)[0])
 
@@ -111,7 +111,7 @@ def test_oracle_of_sampled_rows_counts_n_valid_over_the_whole_batch():
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_baseline_is_within_the_assignment_tolerance(dtype):
     inputs = BENCH.make_inputs((128, 1000), DTYPES[dtype], 4, device="cpu")
-    expected, scale = SPEC.oracle_rows(inputs, None)
+    expected, scale, _ = SPEC.oracle(inputs, None)["dx"]
     out = BENCH.torch_fp32_expression(*inputs)
     allowed = ASSIGNMENT.tolerance(DTYPES[dtype]).allowed(expected, scale)
     assert out.dtype == DTYPES[dtype] and bool(((out.double() - expected).abs() <= allowed).all())
@@ -128,7 +128,7 @@ def test_aten_peer_is_autograds_backward_and_keeps_log_p_in_the_input_dtype():
         (autograd_dx,) = torch.autograd.grad(loss, leaf, grad_outputs=grad.to(loss.dtype))
         out = BENCH.aten_cross_entropy_backward(x, t, grad)
         assert torch.equal(out, autograd_dx), dtype
-        expected, scale = SPEC.oracle_rows((x, t, grad), None)
+        expected, scale, _ = SPEC.oracle((x, t, grad), None)["dx"]
         allowed = ASSIGNMENT.tolerance(DTYPES[dtype]).allowed(expected, scale)
         assert bool(((out.double() - expected).abs() <= allowed).all()) is within, dtype
 
@@ -152,10 +152,10 @@ def _fake_outputs(row, sets, corrupt_set=None):
                 # a kernel that forgets the mean's 1/n_valid on one sampled valid row
                 valid = inputs[1] != BENCH.IGNORE_INDEX
                 out[next(r for r in kept if bool(valid[r]))] *= int(valid.sum())
-            tensors[f"student|{method}|set{k}"] = out[kept].contiguous()
+            tensors[f"student|{method}|set{k}|0"] = out[kept].contiguous()
             if k == 0:
-                tensors[f"student|{method}|full"] = out.contiguous()
-        saved[method] = {"sample_rows": kept, "full_set": 0}
+                tensors[f"student|{method}|full|0"] = out.contiguous()
+        saved[method] = {"index": {"M": kept}, "full_set": 0}
     return tensors, saved
 
 

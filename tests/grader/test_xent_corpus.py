@@ -56,6 +56,7 @@ MISTAKES = {
     "no requires_grad rejection": "no_requires_grad_check.py",
     "pure PyTorch": "pure_pytorch.py",
     "n_valid counted by PyTorch outside the Triton launches": "n_valid_from_torch.py",
+    "the output allocated with torch.empty_like(x) (x's strides when x is transposed)": "empty_like_output.py",
 }
 
 # The sentence the value checks add when the output matches a common mistake: file -> (check, fragment).

@@ -125,7 +125,7 @@ def test_oracle_file_loads_alone_with_torch_only():
         f"spec = importlib.util.spec_from_file_location('assignment_oracle', {str(Path(oracle_module.__file__))!r})\n"
         "oracle = importlib.util.module_from_spec(spec); spec.loader.exec_module(oracle)\n"
         "x = torch.randn(5, 7); t = torch.tensor([0, -100, 6, 2, -100]); g = torch.tensor(0.5)\n"
-        "dx, scale = oracle.benchmark_oracle((x, t, g), torch.tensor([1, 2]))\n"
+        "dx, scale, _ = oracle.benchmark_oracle((x, t, g), {'M': torch.tensor([1, 2])})['dx']\n"
         "assert dx.shape == (2, 7) and float(dx[0].abs().max()) == 0.0\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'grader'))\n"
     )

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from grader.assignments.protocol import BenchmarkSpec
+from grader.assignments.protocol import BenchmarkSpec, Floor, TensorOutput, TimedSelection
 from grader.assignments.softmax_backward import spec
 from grader.assignments.softmax_backward.checks import build_plan
 from grader.assignments.softmax_backward.oracle import benchmark_oracle
@@ -27,16 +27,13 @@ def floor_bytes(shape: tuple[int, ...], dtype: str) -> dict[str, int]:
     return {"min": 3 * elements, "two_pass": 5 * elements}
 
 
-def oracle_rows(inputs: tuple, rows: tuple[int, ...] | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """fp64 oracle and error scale of output rows ``rows`` (None: all) for bench inputs (y, g)."""
-    index = None if rows is None else torch.tensor(rows, dtype=torch.long, device=inputs[0].device)
-    return benchmark_oracle(inputs, index)
-
-
 class SoftmaxBackward:
     """``softmax_backward(y, g) -> dx`` (grader.assignments.protocol.Assignment)."""
 
     manifest = get_manifest("softmax_backward")
+    inputs = spec.INPUTS
+    outputs = (TensorOutput("dx", ("M", "N"), {str(dtype).replace("torch.", ""): tol
+                                              for dtype, tol in spec.TOLERANCES.items()}),)
     check_names = spec.CHECK_NAMES
     reference_file = HERE / "reference.py"
     template_file = HERE / "template.py"
@@ -57,8 +54,10 @@ class SoftmaxBackward:
             "torch_compile_fp32_expression": "torch.compile(baseline, dynamic=False, fullgraph=True), compiled once per "
                                              "shape and dtype before timing; guard checks included in event timing",
         },
-        floor_bytes=floor_bytes,
-        oracle_rows=oracle_rows,
+        floor=Floor("bandwidth", bytes=floor_bytes),
+        # Rows of dx need the same rows of y and g only.
+        selection=TimedSelection(draws={"M": 2}, outputs={"dx": ("M", None)}, inputs=(("M", None), ("M", None))),
+        oracle=benchmark_oracle,
         bench_file=HERE / "bench.py",
         oracle_file=HERE / "oracle.py",
     )
@@ -66,7 +65,7 @@ class SoftmaxBackward:
     def build_plan(self, *, seed: int, device: str):
         return build_plan(seed=seed, device=device)
 
-    def tolerance(self, dtype: torch.dtype) -> Tolerance:
+    def tolerance(self, dtype: torch.dtype, output: str | None = None) -> Tolerance:
         return spec.TOLERANCES[dtype]
 
 

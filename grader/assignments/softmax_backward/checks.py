@@ -11,6 +11,7 @@ import math
 
 import torch
 
+from grader.assignments.protocol import CaseSpec
 from grader.assignments.softmax_backward.inputs import exact_case, random_case
 from grader.assignments.softmax_backward.oracle import (
     autograd_vjp_fp64,
@@ -24,6 +25,7 @@ from grader.assignments.softmax_backward.spec import (
     CHECK_NAMES,
     HINT_REQUIRES,
     HINTS,
+    INPUTS,
     LARGE_OFFSET_DTYPE,
     LARGE_OFFSET_FIRST_ROW_PAST,
     LARGE_OFFSET_MIN_GPU_BYTES,
@@ -45,6 +47,7 @@ from grader.evaluate import (
     hint_for,
     single_output,
 )
+from grader.generic_checks import contract_cases
 from grader.harness.protocol import TensorSpec
 from grader.plan import CheckEvidence, Plan, PlannedCall, PlannedCheck, dtype_name
 
@@ -295,16 +298,20 @@ def _check_strided_inputs(plan: Plan, rows: int) -> PlannedCheck:
 
 
 def _check_output_contract(plan: Plan, rows: int) -> PlannedCheck:
-    """Contiguous, transposed and strided inputs: the output must be a fresh contiguous tensor
-    whatever the inputs' layout (torch.empty_like(y) keeps a transposed y's strides)."""
-    cases = [
-        ("contiguous", "contiguous", torch.float32, (5, 300)),
-        ("contiguous", "contiguous", torch.float16, (3, 300)),
-        ("transposed", "transposed", torch.float32, (rows, 300)),
-        ("step", "transposed_step", torch.float16, (3, 1000)),
-    ]
+    """Contiguous, transposed and strided inputs, and (generic_checks.contract_cases) both
+    inputs transposed in every dtype: the output must be a fresh contiguous tensor whatever the
+    inputs' layout (torch.empty_like(y) keeps a transposed y's strides)."""
+    given = (
+        CaseSpec(dims={"M": 5, "N": 300}, dtype="float32"),
+        CaseSpec(dims={"M": 3, "N": 300}, dtype="float16"),
+        CaseSpec(dims={"M": rows, "N": 300}, dtype="float32", layouts={"y": "transposed", "g": "transposed"}),
+        CaseSpec(dims={"M": 3, "N": 1000}, dtype="float16", layouts={"y": "step", "g": "transposed_step"}),
+    )
     calls = []
-    for index, (y_layout, g_layout, dtype, (m, n)) in enumerate(cases):
+    for index, spec in enumerate(contract_cases(INPUTS, given)):
+        m, n = spec.dims["M"], spec.dims["N"]
+        y_layout, g_layout = spec.layouts.get("y", "contiguous"), spec.layouts.get("g", "contiguous")
+        dtype = getattr(torch, spec.dtype)
         _, y, g = random_case(plan.generator, m, n)
         label = f"({m}, {n}) {dtype_name(dtype)}" + ("" if y_layout == g_layout == "contiguous"
                                                        else f", y {y_layout}, g {g_layout}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from grader.assignments.protocol import TensorInput
 from grader.checks import Tolerance
 
 # Error bound per element:
@@ -45,6 +46,10 @@ from grader.checks import Tolerance
 # fp16/bf16 (dot rounded to the input dtype: up to half an ulp of |dot| on every element). The
 # half_precision check's exact rows (inputs.exact_case) make the products exact (slack 0), so
 # there the bound is fp32 rounding plus the final rounding only.
+#: The call's arguments in order (grader.assignments.protocol): probabilities y and upstream
+#: gradient g, both (M, N) in the call's dtype.
+INPUTS = (TensorInput("y", ("M", "N")), TensorInput("g", ("M", "N")))
+
 TOLERANCES: dict[torch.dtype, Tolerance] = {
     torch.float32: Tolerance(
         rtol=2e-5,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from grader.assignments.protocol import BenchmarkSpec
+from grader.assignments.protocol import BenchmarkSpec, Floor, TensorOutput, TimedSelection
 from grader.assignments.softmax_cross_entropy_backward import spec
 from grader.assignments.softmax_cross_entropy_backward.checks import build_plan
 from grader.assignments.softmax_cross_entropy_backward.oracle import benchmark_oracle
@@ -30,18 +30,14 @@ def floor_bytes(shape: tuple[int, ...], dtype: str) -> dict[str, int]:
     return {"min": 2 * elements + targets, "two_pass": 3 * elements + targets}
 
 
-def oracle_rows(inputs: tuple, rows: tuple[int, ...] | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """fp64 oracle and error scale of output rows ``rows`` (None: all) for bench inputs
-    (x, t, grad). n_valid is counted over the whole batch before the rows are picked."""
-    index = None if rows is None else torch.tensor(rows, dtype=torch.long, device=inputs[0].device)
-    return benchmark_oracle(inputs, index)
-
-
 class SoftmaxCrossEntropyBackward:
     """``softmax_cross_entropy_backward(x, t, grad, ignore_index=-100) -> dx``
     (grader.assignments.protocol.Assignment)."""
 
     manifest = get_manifest("softmax_cross_entropy_backward")
+    inputs = spec.INPUTS
+    outputs = (TensorOutput("dx", ("M", "C"), {str(dtype).replace("torch.", ""): tol
+                                              for dtype, tol in spec.TOLERANCES.items()}),)
     check_names = spec.CHECK_NAMES
     reference_file = HERE / "reference.py"
     template_file = HERE / "template.py"
@@ -66,8 +62,11 @@ class SoftmaxCrossEntropyBackward:
             "torch_compile_fp32_expression": "torch.compile(baseline, dynamic=False, fullgraph=True), compiled once per "
                                              "shape and dtype before timing; guard checks included in event timing",
         },
-        floor_bytes=floor_bytes,
-        oracle_rows=oracle_rows,
+        floor=Floor("bandwidth", bytes=floor_bytes),
+        # Rows of dx need the same rows of x and t (and n_valid, which benchmark_oracle counts
+        # over the whole batch).
+        selection=TimedSelection(draws={"M": 2}, outputs={"dx": ("M", None)}, inputs=(("M", None), ("M",), None)),
+        oracle=benchmark_oracle,
         bench_file=HERE / "bench.py",
         oracle_file=HERE / "oracle.py",
     )
@@ -75,7 +74,7 @@ class SoftmaxCrossEntropyBackward:
     def build_plan(self, *, seed: int, device: str):
         return build_plan(seed=seed, device=device)
 
-    def tolerance(self, dtype: torch.dtype) -> Tolerance:
+    def tolerance(self, dtype: torch.dtype, output: str | None = None) -> Tolerance:
         return spec.TOLERANCES[dtype]
 
 

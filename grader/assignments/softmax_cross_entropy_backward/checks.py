@@ -13,6 +13,7 @@ import math
 
 import torch
 
+from grader.assignments.protocol import CaseSpec
 from grader.assignments.softmax_cross_entropy_backward.inputs import (
     every_third_row,
     large_logits,
@@ -32,6 +33,7 @@ from grader.assignments.softmax_cross_entropy_backward.spec import (
     CHECK_NAMES,
     DEFAULT_IGNORE_INDEX,
     HINTS,
+    INPUTS,
     LONG_ROW,
     LONGEST_ROW,
     TOLERANCES,
@@ -46,6 +48,7 @@ from grader.evaluate import (
     evaluate_values,
     single_output,
 )
+from grader.generic_checks import contract_cases
 from grader.harness.protocol import TensorSpec
 from grader.plan import CheckEvidence, Plan, PlannedCall, PlannedCheck, dtype_name, scalar
 
@@ -341,11 +344,20 @@ def _check_strided_inputs(plan: Plan, rows: int) -> PlannedCheck:
     return PlannedCheck("strided_inputs", calls, _values("strided_inputs"))
 
 
-def _check_output_contract(plan: Plan) -> PlannedCheck:
+def _check_output_contract(plan: Plan, inputs: tuple) -> PlannedCheck:
+    """Contiguous x in each dtype, and (generic_checks.contract_cases) the same with x
+    transposed: the output must be a fresh contiguous tensor whatever x's layout
+    (torch.empty_like(x) keeps a transposed x's strides)."""
+    cases = contract_cases(inputs, (CaseSpec(dims={"M": 5, "C": 300}, dtype="float32"),
+                                    CaseSpec(dims={"M": 3, "C": 257}, dtype="float16")))
     calls = []
-    for index, (dtype, (m, c)) in enumerate([(torch.float32, (5, 300)), (torch.float16, (3, 257))]):
+    for index, spec in enumerate(cases):
+        m, c = spec.dims["M"], spec.dims["C"]
         x, t = random_case(plan.generator, m, c, ignored=every_third_row(m))
-        call = _value_call(plan, f"output_contract/{index}", x, t, 1.0, dtype)
+        x_layout = spec.layouts.get("x", "contiguous")
+        call = _value_call(plan, f"output_contract/{index}", x, t, 1.0, getattr(torch, spec.dtype), x_layout=x_layout)
+        if x_layout != "contiguous":
+            call.label += f", x {x_layout} (strides {tuple(call.args[0].stride)})"
         call.save_inputs_after = True
         calls.append(call)
 
@@ -491,7 +503,7 @@ def build_plan(*, seed: int, device: str) -> Plan:
         _check_ignore_index(plan, rows),
         _check_stability_large_logits(plan),
         _check_strided_inputs(plan, rows),
-        _check_output_contract(plan),
+        _check_output_contract(plan, INPUTS),
         _check_rejects_mismatch(plan),
         _check_rejects_requires_grad(plan),
         _check_rejects_out_of_range_targets(plan),

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 
+from grader.assignments.protocol import ScalarInput, TensorInput
 from grader.assignments.softmax_cross_entropy_backward.oracle import DEFAULT_IGNORE_INDEX, EXPONENT_TERM
 from grader.checks import Tolerance
 
@@ -47,6 +48,11 @@ __all__ = ["DEFAULT_IGNORE_INDEX", "EXPONENT_TERM"]  # defined in oracle.py, whi
 # beyond a 30 u base, for all four routes: 3.7x room. At the checks' usual |x| + |m| <= ~100
 # it at most doubles the bound of p; on the 1e4 logits it admits the x - (m + log d) route
 # (errors up to 6e-4 of p there), which is stable, only less precise.
+
+#: The call's arguments in order (grader.assignments.protocol): logits x (M, C) in the call's
+#: dtype, int64 targets t (M,), a 0-d float32 upstream gradient, and ignore_index.
+INPUTS = (TensorInput("x", ("M", "C")), TensorInput("t", ("M",), dtype="int64", float_input=False),
+          TensorInput("grad", (), dtype="float32", strided=()), ScalarInput("ignore_index", -100))
 
 TOLERANCES: dict[torch.dtype, Tolerance] = {
     torch.float32: Tolerance(

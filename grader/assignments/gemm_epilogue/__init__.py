@@ -1,0 +1,88 @@
+"""Assignment ``gemm_epilogue``: out = gelu_tanh(a @ b + bias) as one Triton kernel, the bias and
+GELU fused into the GEMM's epilogue on the fp32 accumulator. The folder's files are described
+in grader/assignments/protocol.py; ``ASSIGNMENT`` is what the generic grader uses."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+from grader.assignments.gemm_epilogue import bench, spec
+from grader.assignments.gemm_epilogue.inputs import make_case
+from grader.assignments.gemm_epilogue.oracle import benchmark_oracle, gemm_gelu_fp64
+from grader.assignments.protocol import BenchmarkSpec, Declared, Floor, OutputOracle, TimedSelection
+from grader.checks import Tolerance
+from grader.generic_checks import build_plan
+from grader.manifest import get_manifest
+
+HERE = Path(__file__).resolve().parent
+
+
+def placed_oracle(values: Mapping) -> dict[str, OutputOracle]:
+    """{"out": oracle}: the fp64 result of the inputs as placed, its scale and slack (oracle.py)."""
+    a = values["a"]
+    name = str(a.dtype).replace("torch.", "")
+    return {"out": OutputOracle(*gemm_gelu_fp64(a, values["b"], values["bias"], spec.INTERMEDIATE_ROUNDING[name]))}
+
+
+def _floor_bytes(shape: tuple[int, ...], dtype: str) -> dict[str, int]:
+    """a, b, bias read once and out written once; a GEMM re-reads tiles from L2, not DRAM, so
+    the two-pass figure is the same."""
+    least = bench.min_bytes(shape, getattr(torch, dtype))
+    return {"min": least, "two_pass": least}
+
+
+DECLARED = Declared(inputs=spec.INPUTS, outputs=spec.OUTPUTS, make_case=make_case, oracle=placed_oracle, checks=spec.checks,
+                    hints=spec.HINTS, hint_requires=spec.HINT_REQUIRES)
+
+
+class GemmEpilogue:
+    """``gemm_epilogue(a, b, bias) -> out`` (grader.assignments.protocol.Assignment)."""
+
+    manifest = get_manifest("gemm_epilogue")
+    inputs = spec.INPUTS
+    outputs = spec.OUTPUTS
+    declared = DECLARED
+    check_names = spec.CHECK_NAMES
+    gpu_only_checks = spec.GPU_ONLY_CHECKS
+    reference_file = HERE / "reference.py"
+    template_file = HERE / "template.py"
+    crash_hint = spec.CRASH_HINT
+    benchmark = BenchmarkSpec(
+        shapes=spec.BENCHMARK_SHAPES,
+        dtypes=spec.BENCHMARK_DTYPES,
+        baseline="torch_unfused_expression",
+        peers=("torch_unfused_expression", "cublaslt_fused_epilogue", "reference", "torch_compile_unfused_expression"),
+        scopes={
+            "student": "one call of the submission's gemm_epilogue(a, b, bias): its Python wrapper (validation, "
+                       "output allocation) and every kernel it launches",
+            "torch_unfused_expression": "the assignment's baseline: F.gelu(a @ b + bias, approximate='tanh'): a cuBLAS "
+                                        "GEMM rounded to the input dtype, then the bias add and GELU as elementwise "
+                                        "kernels, no autograd",
+            "cublaslt_fused_epilogue": "torch._addmm_activation(bias, a, b, use_gelu=True): cuBLASLt's GEMM with its "
+                                       "fused bias + GELU epilogue (CUBLASLT_EPILOGUE_GELU_BIAS), one kernel",
+            "reference": "the course reference kernel (grader/assignments/gemm_epilogue/reference.py) with its wrapper",
+            "torch_compile_unfused_expression": "torch.compile(baseline, dynamic=False, fullgraph=True), compiled once "
+                                                "per shape and dtype before timing; guard checks included in event timing",
+        },
+        # Compute-bound at these sizes: 2MNK FLOPs over the measured tensor-core throughput; the
+        # bytes side matters for the skinny row (M = 128).
+        floor=Floor("roofline", bytes=_floor_bytes, flops=lambda shape, dtype: bench.flops(shape)),
+        # Rows of out need the same rows of a and all of b and bias.
+        selection=TimedSelection(draws={"M": 2}, outputs={"out": ("M", None)},
+                                 inputs=(("M", None), (None, None), (None,))),
+        oracle=benchmark_oracle,
+        bench_file=HERE / "bench.py",
+        oracle_file=HERE / "oracle.py",
+    )
+
+    def build_plan(self, *, seed: int, device: str):
+        return build_plan(DECLARED, seed=seed, device=device, check_names=self.check_names)
+
+    def tolerance(self, dtype: torch.dtype, output: str | None = None) -> Tolerance:
+        return spec.TOLERANCES[str(dtype).replace("torch.", "")]
+
+
+ASSIGNMENT = GemmEpilogue()

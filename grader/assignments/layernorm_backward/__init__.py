@@ -1,0 +1,93 @@
+"""Assignment ``layernorm_backward``: dx, dw and db of layer norm from the saved mean and rstd, as
+Triton kernels, dw and db reduced across rows (locks and partial buffers, atomics, or a second
+pass). The folder's files are described in grader/assignments/protocol.py; ``ASSIGNMENT`` is
+what the generic grader uses."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+from grader.assignments.layernorm_backward import spec
+from grader.assignments.layernorm_backward.inputs import make_case
+from grader.assignments.layernorm_backward.oracle import benchmark_oracle, layernorm_backward_fp64
+from grader.assignments.protocol import BenchmarkSpec, Declared, Floor, OutputOracle, TimedSelection
+from grader.checks import Tolerance
+from grader.generic_checks import build_plan
+from grader.manifest import get_manifest
+
+HERE = Path(__file__).resolve().parent
+_ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def placed_oracle(values: Mapping) -> dict[str, OutputOracle]:
+    """{"dx", "dw", "db": oracle}: the closed form on the inputs as placed (oracle.py)."""
+    result = layernorm_backward_fp64(values["dy"], values["x"], values["w"], values["mean"], values["rstd"])
+    return {name: OutputOracle(expected, scale) for name, (expected, scale) in result.items()}
+
+
+def floor_bytes(shape: tuple[int, ...], dtype: str) -> dict[str, int]:
+    """x and dy read, dx written (3 accesses per element of x), w read and dw, db written (N
+    each), mean and rstd read (fp32); a kernel that cannot keep a row on chip reads x and dy
+    twice (5 accesses). Partial buffers of dw/db are extra traffic a kernel chooses."""
+    m, n = shape
+    element = _ELEMENT_BYTES[dtype]
+    rest = 3 * n * element + 2 * m * 4
+    return {"min": 3 * m * n * element + rest, "two_pass": 5 * m * n * element + rest}
+
+
+DECLARED = Declared(inputs=spec.INPUTS, outputs=spec.OUTPUTS, make_case=make_case, oracle=placed_oracle, checks=spec.checks,
+                    hints=spec.HINTS, hint_requires=spec.HINT_REQUIRES)
+
+
+class LayernormBackward:
+    """``layernorm_backward(dy, x, w, mean, rstd) -> (dx, dw, db)`` (grader.assignments.protocol.Assignment)."""
+
+    manifest = get_manifest("layernorm_backward")
+    inputs = spec.INPUTS
+    outputs = spec.OUTPUTS
+    declared = DECLARED
+    check_names = spec.CHECK_NAMES
+    gpu_only_checks = spec.GPU_ONLY_CHECKS
+    reference_file = HERE / "reference.py"
+    template_file = HERE / "template.py"
+    crash_hint = spec.CRASH_HINT
+    benchmark = BenchmarkSpec(
+        shapes=spec.BENCHMARK_SHAPES,
+        dtypes=spec.BENCHMARK_DTYPES,
+        baseline="torch_fp32_expression",
+        peers=("torch_fp32_expression", "aten_native_layer_norm_backward", "reference",
+               "torch_compile_fp32_expression"),
+        scopes={
+            "student": "one call of the submission's layernorm_backward(dy, x, w, mean, rstd): its Python wrapper "
+                       "(validation, output and scratch allocation, zeroing) and every kernel it launches",
+            "aten_native_layer_norm_backward": "torch.ops.aten.native_layer_norm_backward "
+                                               "(dy, x, (N,), mean, rstd, w, None, [True, True, True]): the kernels "
+                                               "LayerNorm's autograd node runs (dx, then dw and db by a column "
+                                               "reduction)",
+            "torch_fp32_expression": "the assignment's baseline: the closed form in PyTorch operators: casts to fp32, "
+                                     "xhat, the two row sums, dx, and dw, db as column sums, then casts back",
+            "reference": "the course reference kernels (grader/assignments/layernorm_backward/reference.py) with "
+                         "their wrapper",
+            "torch_compile_fp32_expression": "torch.compile(torch_fp32_expression, dynamic=False, fullgraph=True), "
+                                             "compiled once per shape and dtype before timing",
+        },
+        floor=Floor("bandwidth", bytes=floor_bytes),
+        # Rows of dx need the same rows of dy, x, mean and rstd; dw and db need every row.
+        selection=TimedSelection(draws={"M": 2}, outputs={"dx": ("M", None), "dw": (None,), "db": (None,)},
+                                 inputs=(("M", None), ("M", None), (None,), ("M",), ("M",))),
+        oracle=benchmark_oracle,
+        bench_file=HERE / "bench.py",
+        oracle_file=HERE / "oracle.py",
+    )
+
+    def build_plan(self, *, seed: int, device: str):
+        return build_plan(DECLARED, seed=seed, device=device, check_names=self.check_names)
+
+    def tolerance(self, dtype: torch.dtype, output: str | None = None) -> Tolerance:
+        return spec.TOLERANCES[str(dtype).replace("torch.", "")]
+
+
+ASSIGNMENT = LayernormBackward()

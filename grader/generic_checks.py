@@ -1,0 +1,421 @@
+"""The generic checks, written once: a plan built from an assignment's declarations.
+
+An assignment declares its call (``TensorInput``/``ScalarInput``, ``TensorOutput`` with a
+tolerance table), its maths (``make_case``, ``oracle``) and its checks as data
+(grader/assignments/protocol.py: ``ValueCheck``, ``CentralDifference``, ``Invariant``,
+``OutputContract``, ``RejectsMismatch``, ``RejectsRequiresGrad``, ``Rejects``,
+``FreshResults``, ``TritonKernel``, ``CustomCheck``); ``build_plan`` turns them into the
+``Plan`` the runner sends to the child. Every float input is rounded to the call's dtype and
+placed as a strided view inside NaN guards (grader.plan.InputBank), the oracle is computed from
+the values as placed, and every value call records its Triton launches to be replayed on new
+values of the same layout (check ``triton_kernel``). Nothing here names an assignment.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import torch
+
+from grader.assignments.protocol import (
+    Case,
+    CaseSpec,
+    CentralDifference,
+    CheckDecl,
+    CustomCheck,
+    Declared,
+    FreshResults,
+    Invariant,
+    OutputContract,
+    Rejects,
+    RejectsMismatch,
+    RejectsRequiresGrad,
+    ScalarInput,
+    TensorInput,
+    TritonKernel,
+    ValueCheck,
+)
+from grader.checks import Tolerance
+from grader.contract import CheckOutcome
+from grader.evaluate import (
+    call_outputs,
+    evaluate_output_contract,
+    evaluate_raises,
+    evaluate_triton_kernel,
+    evaluate_values,
+    hint_for,
+)
+from grader.plan import CheckEvidence, Plan, PlannedCall, PlannedCheck, PlannedOutput, dtype_name, scalar
+
+
+def _torch_dtype(name: str) -> torch.dtype:
+    return getattr(torch, name)
+
+
+class PlanBuilder:
+    """Builds the calls of the generic checks for one assignment and one plan."""
+
+    def __init__(self, declared: Declared, plan: Plan) -> None:
+        self.declared = declared
+        self.plan = plan
+        self.tensor_inputs = [i for i in declared.inputs if isinstance(i, TensorInput)]
+        self.scalar_inputs = [i for i in declared.inputs if isinstance(i, ScalarInput)]
+
+    # ---- cases and placement ----------------------------------------------------------------
+    def case(self, spec: CaseSpec) -> Case:
+        """New values for ``spec`` from the plan's generator."""
+        return self.declared.make_case(self.plan.generator, spec.dims, spec.exact)
+
+    def input_dtype(self, item: TensorInput, call_dtype: str) -> torch.dtype:
+        return _torch_dtype(call_dtype if item.dtype == "call" else item.dtype)
+
+    def output_dtype(self, dtype: str, call_dtype: str) -> torch.dtype:
+        return _torch_dtype(call_dtype if dtype == "call" else dtype)
+
+    def place(self, case: Case, spec: CaseSpec) -> tuple[list, dict, dict]:
+        """(positional tensor args, keyword scalars, values as placed by input name)."""
+        args, kwargs, placed = [], {}, {}
+        for item in self.tensor_inputs:
+            view = self.plan.bank.view(case.values[item.name], self.input_dtype(item, spec.dtype),
+                                       spec.layouts.get(item.name, "contiguous"))
+            args.append(view)
+            placed[item.name] = self.plan.bank.values_of(view)
+        for item in self.scalar_inputs:
+            if item.name in spec.scalars or item.name in case.values:
+                value = spec.scalars.get(item.name, case.values.get(item.name))
+                kwargs[item.name] = scalar(value)
+                placed[item.name] = value
+            else:
+                placed[item.name] = item.default
+        return args, kwargs, placed
+
+    def oracle(self, placed: Mapping) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
+        """(expected, scale, slack) of every output, in declaration order."""
+        found = self.declared.oracle(placed)
+        return [(found[o.name].expected, found[o.name].scale, found[o.name].slack) for o in self.declared.outputs]
+
+    def label(self, spec: CaseSpec) -> str:
+        if spec.label:
+            return spec.label
+        dims = ", ".join(f"{k}={v}" for k, v in spec.dims.items())
+        layouts = "".join(f", {name} {layout}" for name, layout in spec.layouts.items() if layout != "contiguous")
+        scalars = "".join(f", {k}={v}" for k, v in spec.scalars.items())
+        return f"({dims}) {spec.dtype}{layouts}{scalars}"
+
+    def _pack(self, call: PlannedCall, per_output: list, *, replay: bool = False) -> None:
+        """Put per-output (expected, scale, slack) on the call: tensors for one output, tuples for several."""
+        single = len(per_output) == 1
+        expected = per_output[0][0] if single else tuple(p[0] for p in per_output)
+        scale = per_output[0][1] if single else tuple(p[1] for p in per_output)
+        slacks = [p[2] for p in per_output]
+        slack = None if all(s is None for s in slacks) else (slacks[0] if single else tuple(slacks))
+        if replay:
+            call.replay_expected, call.replay_scale, call.replay_slack = expected, scale, slack
+            return
+        call.expected.append(expected)
+        call.scale.append(scale)
+        if slack is not None:
+            call.slack.append(slack)
+
+    def value_call(self, call_id: str, spec: CaseSpec, *, case: Case | None = None, reference=None,
+                   record: bool = True) -> PlannedCall:
+        """A call on ``spec``'s inputs with the oracle of the values as placed (or ``reference``'s
+        expected values, scale and slack still the oracle's); its launches are recorded and
+        replayed on new values of the same layouts."""
+        case = case or self.case(spec)
+        args, kwargs, placed = self.place(case, spec)
+        per_output = self.oracle(placed)
+        fixed = dict(case.expected or {})
+        if reference is not None:
+            fixed.update(reference(case, placed))
+        per_output = [(fixed.get(out.name, p[0]), p[1], p[2]) for out, p in zip(self.declared.outputs, per_output)]
+        outputs = [PlannedOutput(out.name, out.tolerances[spec.dtype], self.output_dtype(out.dtype, spec.dtype))
+                   for out in self.declared.outputs]
+        call = PlannedCall(id=call_id, args=args, kwargs=kwargs, label=self.label(spec),
+                           tolerance=outputs[0].tolerance, out_dtype=outputs[0].dtype,
+                           outputs=outputs if len(outputs) > 1 else [], record_launches=record)
+        self._pack(call, per_output)
+        call.extra["case"], call.extra["placed"], call.extra["spec"] = case, placed, spec
+        if record:
+            replay = (self.declared.replay_case or (lambda generator, old: self.case(spec)))(self.plan.generator, case)
+            call.replay_args = [self.plan.bank.relayout(view, replay.values[item.name])
+                                for view, item in zip(args, self.tensor_inputs)]
+            call.replay_kwargs = dict(kwargs)
+            again = {item.name: self.plan.bank.values_of(view) for view, item in zip(call.replay_args, self.tensor_inputs)}
+            again.update({k: placed[k] for k in placed if k not in again})
+            self._pack(call, self.oracle(again), replay=True)
+        return call
+
+    def raise_call(self, call_id: str, label: str, args: list, kwargs: dict) -> PlannedCall:
+        return PlannedCall(id=call_id, args=args, kwargs=kwargs, expect="raise", label=label)
+
+    # ---- the checks -------------------------------------------------------------------------
+    def hint(self, name: str) -> str:
+        return self.declared.hints[name]
+
+    def values_evaluator(self, name: str):
+        def evaluate(check: PlannedCheck, evidence: CheckEvidence) -> CheckOutcome:
+            return evaluate_values(check, evidence, hint=self.hint(name), diagnose=self.declared.diagnose,
+                                   hint_requires=tuple(self.declared.hint_requires.get(name, ())))
+
+        return evaluate
+
+    def build(self, decl: CheckDecl) -> PlannedCheck:
+        method = getattr(self, f"_{type(decl).__name__}")
+        return method(decl)
+
+    def _ValueCheck(self, decl: ValueCheck) -> PlannedCheck:
+        calls = []
+        if decl.example is not None:
+            spec = decl.cases[0] if decl.cases else CaseSpec(dims={})
+            calls.append(self.value_call(f"{decl.name}/0", spec, case=decl.example()))
+        for spec in decl.cases[1 if decl.example is not None else 0:]:
+            calls.append(self.value_call(f"{decl.name}/{len(calls)}", spec, reference=decl.reference))
+        return PlannedCheck(decl.name, calls, self.values_evaluator(decl.name))
+
+    def _CentralDifference(self, decl: CentralDifference) -> PlannedCheck:
+        calls = []
+        for spec in decl.cases:
+            call = self.value_call(f"{decl.name}/{len(calls)}", spec)
+            case = call.extra["case"]
+            variable = (case.hidden.get(decl.variable) if decl.variable in case.hidden
+                        else case.values[decl.variable]).to(torch.float64)
+            points = []
+            for _ in range(decl.points):
+                flat = int(torch.randint(variable.numel(), (1,), generator=self.plan.generator))
+                index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), variable.shape))
+                plus, minus = variable.clone(), variable.clone()
+                plus[index] += decl.h
+                minus[index] -= decl.h
+                slope = (float(decl.loss(case, plus)) - float(decl.loss(case, minus))) / (2 * decl.h)
+                points.append((index, slope))
+            call.extra["points"] = points
+            calls.append(call)
+        output = [o.name for o in self.declared.outputs].index(decl.output)
+        hint = self.hint(decl.name)
+
+        def evaluate(check: PlannedCheck, evidence: CheckEvidence) -> CheckOutcome:
+            worst, cases = 0.0, 0
+            for call in check.calls:
+                outs, failure = call_outputs(check, call, evidence, hint)
+                if failure is not None:
+                    return failure
+                expectation = call.expectations(0)[output]
+                tolerance = Tolerance(rtol=expectation.tolerance.rtol, atol=decl.atol,
+                                      why=f"the output's rtol plus {decl.atol:g} for the finite-difference error "
+                                          f"(h={decl.h:g}, fp64)")
+                for index, slope in call.extra["points"]:
+                    value = float(outs[output][index].double())
+                    allowed = float(tolerance.allowed(torch.tensor(slope, dtype=torch.float64),
+                                                      expectation.scale[index]))
+                    err = abs(value - slope)
+                    worst = max(worst, err / allowed if math.isfinite(err) else math.inf)
+                    cases += 1
+                    if not err <= allowed:
+                        return CheckOutcome(
+                            name=check.name, passed=False, max_err_over_tolerance=worst,
+                            message=f"{call.label} at {decl.variable}{list(index)}: {decl.output} = {value:.8g}, "
+                                    f"central difference = {slope:.8g} (|err| {err:.3g} > allowed {allowed:.3g}; "
+                                    f"tolerance {tolerance.describe_short()}). Hint: {hint}")
+            return CheckOutcome(name=check.name, passed=True, max_err_over_tolerance=worst, cases=cases,
+                                message=f"{cases} points, h = {decl.h:g}, worst error {worst:.2g} of tolerance")
+
+        return PlannedCheck(decl.name, calls, evaluate)
+
+    def _Invariant(self, decl: Invariant) -> PlannedCheck:
+        calls = []
+        output = [o.name for o in self.declared.outputs].index(decl.output)
+        for spec in decl.cases:
+            call = self.value_call(f"{decl.name}/{len(calls)}", spec)
+            weights = decl.weights(call.extra["case"], call.extra["placed"]) if decl.weights is not None else None
+            call.extra["weights"] = None if weights is None else weights.to(torch.float64)
+            calls.append(call)
+        hint = self.hint(decl.name)
+        requires = tuple(self.declared.hint_requires.get(decl.name, ()))
+
+        def evaluate(check: PlannedCheck, evidence: CheckEvidence) -> CheckOutcome:
+            worst = 0.0
+            for call in check.calls:
+                outs, failure = call_outputs(check, call, evidence, hint)
+                if failure is not None:
+                    return failure
+                expectation = call.expectations(0)[output]
+                weights = call.extra["weights"]
+                weights = torch.ones_like(expectation.expected) if weights is None else weights
+                got = (outs[output].double() * weights).sum(dim=decl.dim)
+                expected = (expectation.expected * weights).sum(dim=decl.dim)
+                allowed = (expectation.tolerance.allowed(expectation.expected, expectation.scale, expectation.slack)
+                           * weights.abs()).sum(dim=decl.dim)
+                ratio = ((got - expected).abs() / allowed).nan_to_num(nan=math.inf)
+                worst = max(worst, float(ratio.max()))
+                if not bool((ratio <= 1).all()):
+                    at = int(ratio.argmax())
+                    return CheckOutcome(
+                        name=check.name, passed=False, max_err_over_tolerance=worst,
+                        message=f"{call.label}: {decl.output} at {at} along the reduced axis sums to "
+                                f"{float(got.reshape(-1)[at]):.6g}, expected {float(expected.reshape(-1)[at]):.3g} "
+                                f"(allowed {float(allowed.reshape(-1)[at]):.3g})." + hint_for(evidence, hint, requires))
+            return CheckOutcome(name=check.name, passed=True, max_err_over_tolerance=worst,
+                                message=f"{decl.output} {decl.what} (worst {worst:.2g} of tolerance)")
+
+        return PlannedCheck(decl.name, calls, evaluate)
+
+    def _OutputContract(self, decl: OutputContract) -> PlannedCheck:
+        calls = []
+        for spec in contract_cases(self.declared.inputs, decl.cases):
+            call = self.value_call(f"{decl.name}/{len(calls)}", spec)
+            call.save_inputs_after = True
+            calls.append(call)
+        hint, device = self.hint(decl.name), self.plan.device
+
+        def evaluate(check: PlannedCheck, evidence: CheckEvidence) -> CheckOutcome:
+            return evaluate_output_contract(check, evidence, hint=hint, device=device)
+
+        return PlannedCheck(decl.name, calls, evaluate)
+
+    def _raises(self, name: str):
+        hint = self.hint(name)
+
+        def evaluate(check: PlannedCheck, evidence: CheckEvidence) -> CheckOutcome:
+            return evaluate_raises(check, evidence, hint=hint)
+
+        return evaluate
+
+    def _RejectsMismatch(self, decl: RejectsMismatch) -> PlannedCheck:
+        spec = CaseSpec(dims=decl.dims, dtype=decl.dtype)
+        case = self.case(spec)
+        args, kwargs, _ = self.place(case, spec)
+        calls = []
+        for position, item in enumerate(self.tensor_inputs):
+            for axis, dim in enumerate(item.dims):
+                if not any(dim in other.dims for other in self.tensor_inputs if other is not item):
+                    continue  # a size only this input has (a GEMM's M) is free: one longer is a valid call
+                longer = self.case(CaseSpec(dims={**decl.dims, dim: decl.dims[dim] + 1}))
+                wrong = list(args)
+                wrong[position] = self.plan.bank.view(longer.values[item.name], self.input_dtype(item, decl.dtype))
+                calls.append(self.raise_call(f"{decl.name}/{item.name}_{dim}", f"{item.name} with {dim} + 1 along axis "
+                                             f"{axis} ({tuple(wrong[position].size)})", wrong, kwargs))
+            if len(item.dims) == 2 and decl.dims[item.dims[0]] != decl.dims[item.dims[1]]:
+                wrong = list(args)
+                values = case.values[item.name].t().contiguous()
+                wrong[position] = self.plan.bank.view(values, self.input_dtype(item, decl.dtype))
+                calls.append(self.raise_call(f"{decl.name}/{item.name}_transposed_shape",
+                                             f"{item.name} of shape {tuple(values.shape)} (its dims swapped)", wrong, kwargs))
+            if item.float_input:
+                wrong = list(args)
+                own = decl.dtype if item.dtype == "call" else item.dtype
+                other = "float32" if own != "float32" else "float16"
+                wrong[position] = self.plan.bank.view(case.values[item.name], _torch_dtype(other))
+                calls.append(self.raise_call(f"{decl.name}/{item.name}_dtype", f"{item.name} in {other}, the others "
+                                             f"{decl.dtype}", wrong, kwargs))
+        last = max(i for i, item in enumerate(self.tensor_inputs) if item.dims)
+        wrong = list(args)
+        moved = self.plan.bank.view(case.values[self.tensor_inputs[last].name],
+                                    self.input_dtype(self.tensor_inputs[last], decl.dtype))
+        moved.device = "other"
+        wrong[last] = moved
+        calls.append(self.raise_call(f"{decl.name}/device", f"{self.tensor_inputs[last].name} on another device",
+                                     wrong, kwargs))
+        return PlannedCheck(decl.name, calls, self._raises(decl.name))
+
+    def _RejectsRequiresGrad(self, decl: RejectsRequiresGrad) -> PlannedCheck:
+        spec = CaseSpec(dims=decl.dims, dtype=decl.dtype)
+        case = self.case(spec)
+        calls = []
+        for position, item in enumerate(self.tensor_inputs):
+            if not item.float_input:
+                continue
+            args, kwargs, _ = self.place(case, spec)
+            args[position].requires_grad = True
+            calls.append(self.raise_call(f"{decl.name}/{item.name}", f"{item.name}.requires_grad=True", args, kwargs))
+        return PlannedCheck(decl.name, calls, self._raises(decl.name))
+
+    def _Rejects(self, decl: Rejects) -> PlannedCheck:
+        calls = []
+        for index, (label, spec, edit) in enumerate(decl.cases):
+            case = self.case(spec)
+            case = Case(values=edit(dict(case.values)), hidden=case.hidden)
+            args, kwargs, _ = self.place(case, spec)
+            calls.append(self.raise_call(f"{decl.name}/{index}", label, args, kwargs))
+        return PlannedCheck(decl.name, calls, self._raises(decl.name))
+
+    def _FreshResults(self, decl: FreshResults) -> PlannedCheck:
+        spec = decl.case
+        call = self.value_call(f"{decl.name}/0", spec)
+        call.label += ", same buffers refilled"
+        for _ in range(decl.refills):
+            case = self.case(spec)
+            refill, placed = {}, {}
+            for position, item in enumerate(self.tensor_inputs):
+                values = case.values[item.name].to(self.input_dtype(item, spec.dtype)).contiguous()
+                refill[position] = self.plan.bank.add(values.reshape(-1))
+                placed[item.name] = values
+            placed.update({k: v for k, v in call.extra["placed"].items() if k not in placed})
+            call.refills.append(refill)
+            self._pack(call, self.oracle(placed))
+        return PlannedCheck(decl.name, [call], self.values_evaluator(decl.name))
+
+    def _TritonKernel(self, decl: TritonKernel) -> PlannedCheck:
+        """Replays the recorded calls of the value checks that did not fail (a failed check has
+        shown the arithmetic wrong already; blaming the launches for it would mislead)."""
+        plan, hint = self.plan, self.hint(decl.name)
+
+        def evaluate(check: PlannedCheck, evidence: CheckEvidence) -> CheckOutcome:
+            failed = {name for name, outcome in evidence.earlier.items() if not outcome.passed and not outcome.skipped}
+            recorded = [call for other in plan.checks if other.name not in failed
+                        for call in other.calls if call.record_launches]
+            return evaluate_triton_kernel(check, evidence, recorded=recorded, hint=hint)
+
+        return PlannedCheck(decl.name, [], evaluate)
+
+    def _CustomCheck(self, decl: CustomCheck) -> PlannedCheck:
+        return decl.build(self.plan, self.declared)
+
+
+def contract_cases(inputs: tuple, cases: tuple[CaseSpec, ...]) -> list[CaseSpec]:
+    """The output contract's cases: ``cases``, and for each call dtype among them one more with
+    every 2-D tensor input transposed (unless a case already has exactly that), with the sizes
+    of that dtype's first case. ``torch.empty_like`` of a transposed input keeps its strides
+    (1, M), so a kernel that allocates its output that way returns a non-contiguous tensor
+    there; with contiguous inputs alone the contract could not see it."""
+    specs = list(cases)
+    transposed = {item.name: "transposed" for item in inputs if isinstance(item, TensorInput) and len(item.dims) == 2}
+    for dtype in dict.fromkeys(spec.dtype for spec in cases):
+        first = next(spec for spec in cases if spec.dtype == dtype)
+        if transposed and not any(dict(spec.layouts) == transposed and spec.dtype == dtype for spec in specs):
+            specs.append(CaseSpec(dims=first.dims, dtype=dtype, layouts=transposed, scalars=first.scalars))
+    return specs
+
+
+def build_plan(declared: Declared, *, seed: int, device: str, check_names: tuple[str, ...] | None = None) -> Plan:
+    """Every declared check's calls and oracles for one grading run, in declaration order.
+
+    Args:
+        declared: the assignment's maths and check declarations.
+        seed: seeds the plan's one generator (every input of the run).
+        device: ``cpu`` (Triton interpreter) or ``cuda``; passed to ``declared.checks``.
+        check_names: when given, the plan's check names must equal it (the assignment's
+            published order).
+
+    Raises:
+        RuntimeError: the declared checks are out of step with ``check_names``.
+        KeyError: a check without a hint, or a case dtype without a tolerance.
+    """
+    plan = Plan(seed=seed, device=device)
+    plan.outputs = len(declared.outputs)
+    builder = PlanBuilder(declared, plan)
+    for decl in declared.checks(device):
+        plan.checks.append(builder.build(decl))
+    names = tuple(check.name for check in plan.checks)
+    if check_names is not None and names != tuple(check_names):
+        raise RuntimeError(f"the declared checks {names} are out of step with the check names {tuple(check_names)}")
+    return plan
+
+
+def dims_label(dims: Mapping[str, int]) -> str:
+    """``(M=4, N=300)``."""
+    return "(" + ", ".join(f"{k}={v}" for k, v in dims.items()) + ")"
+
+
+__all__ = ["PlanBuilder", "build_plan", "contract_cases", "dims_label", "dtype_name"]

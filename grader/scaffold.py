@@ -1,0 +1,368 @@
+"""``grader new-assignment NAME``: the files of a new assignment, to be filled with its maths.
+
+Writes ``grader/assignments/NAME/`` (spec, inputs, oracle, bench, ``__init__``, a reference
+and a failing starter template), ``tests/corpus/NAME/{correct,wrong}/`` and prints the manifest
+entry to add to grader/manifest.py. The files are a complete, gradable example (an elementwise
+product ``out = x * y``, with every generic check declared) so that each step of
+docs/authoring.md replaces a working part; nothing outside the new folders is written.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from pathlib import Path
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]{1,40}$")
+
+SPEC = '''"""``{name}``: the numbers of the assignment's public contract (docs/checks.md says them in words).
+
+Replace the example maths (out = x * y) with the assignment's: its inputs and outputs, their
+tolerance tables (each number with where it comes from), the checks' cases and the hints.
+"""
+
+from __future__ import annotations
+
+from grader.assignments.protocol import (
+    CaseSpec,
+    FreshResults,
+    OutputContract,
+    RejectsMismatch,
+    RejectsRequiresGrad,
+    TensorInput,
+    TensorOutput,
+    TritonKernel,
+    ValueCheck,
+)
+from grader.checks import Tolerance
+
+# Error bound per element: |got - expected| <= atol + rtol * scale + vtol * |expected|, with
+# scale = |x * y|. The product is one rounding in fp32 (rtol 2^-23 x scale: half an ulp, twice),
+# then one rounding of the result to the output dtype (vtol: one ulp of the dtype; bf16 two,
+# as Triton's CPU interpreter truncates).
+TOLERANCES = {{
+    "float32": Tolerance(rtol=2.0**-23, atol=1e-38, summary="one fp32 rounding",
+                         why="the product rounded once in fp32 (half an ulp, 2^-24), with 2x room"),
+    "float16": Tolerance(rtol=2.0**-23, vtol=2.0**-10, atol=2.0**-24, summary="fp32 product, one fp16 rounding",
+                         why="the fp32 product, then one rounding to fp16 (half an ulp, 2^-11); allow one ulp"),
+    "bfloat16": Tolerance(rtol=2.0**-23, vtol=2.0**-6, atol=1e-38, summary="fp32 product, one bf16 rounding",
+                          why="the fp32 product, then one rounding to bf16; the CPU interpreter truncates: two ulps"),
+}}
+
+INPUTS = (TensorInput("x", ("M", "N")), TensorInput("y", ("M", "N")))
+OUTPUTS = (TensorOutput("out", ("M", "N"), TOLERANCES),)
+
+BENCHMARK_SHAPES = ((4096, 4096), (65536, 256))
+BENCHMARK_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def checks(device: str) -> tuple:
+    """The generic checks of this assignment, in the order they run and are shown."""
+    rows = 4 if device == "cpu" else 64
+    return (
+        ValueCheck("values", tuple(CaseSpec(dims={{"M": m, "N": n}}) for m, n in ((rows, 300), (3, 1025)))),
+        ValueCheck("half_precision", tuple(CaseSpec(dims={{"M": rows, "N": 1000}}, dtype=d)
+                                           for d in ("float16", "bfloat16"))),
+        ValueCheck("strided_inputs", (CaseSpec(dims={{"M": rows, "N": 300}}, layouts={{"x": "transposed", "y": "step"}}),)),
+        OutputContract("output_contract", (CaseSpec(dims={{"M": 5, "N": 300}}),
+                                           CaseSpec(dims={{"M": 3, "N": 300}}, dtype="float16"))),
+        RejectsMismatch("rejects_mismatch", {{"M": 4, "N": 8}}),
+        RejectsRequiresGrad("rejects_requires_grad", {{"M": 3, "N": 16}}),
+        ValueCheck("edge_shapes", tuple(CaseSpec(dims={{"M": m, "N": n}}) for m, n in ((1, 1), (7, 1), (2, 4097)))),
+        FreshResults("fresh_results", CaseSpec(dims={{"M": 4, "N": 1000}})),
+        TritonKernel(),
+    )
+
+
+CHECK_NAMES = tuple(decl.name for decl in checks("cpu"))
+HINTS = {{
+    "values": "out = x * y elementwise",
+    "half_precision": "multiply in fp32 and store the result in the input dtype",
+    "strided_inputs": "load x and y with their own strides (x.stride(0), x.stride(1), ...)",
+    "output_contract": "return a fresh contiguous tensor of x's shape, dtype and device; never write into x or y",
+    "rejects_mismatch": "raise (ValueError/TypeError) when shapes, dtypes or devices of x and y differ",
+    "rejects_requires_grad": "raise if x or y requires grad",
+    "edge_shapes": "mask the last block: N=1, M=1 and N not a multiple of the block",
+    "fresh_results": "compute from the values in memory on every call; do not cache by pointer",
+    "triton_kernel": "the work must be done by @triton.jit kernels: their launches are replayed alone on new inputs",
+}}
+HINT_REQUIRES = {{"half_precision": ("values",), "strided_inputs": ("values",), "edge_shapes": ("values",)}}
+CRASH_HINT = " A crash inside a call is usually the kernel reading or writing outside its tensors (a missing mask)."
+'''
+
+INPUTS_PY = '''"""Seeded inputs of ``{name}``'s checks: every value from the plan's one torch.Generator."""
+
+from __future__ import annotations
+
+import torch
+
+from grader.assignments.protocol import Case
+
+
+def make_case(generator: torch.Generator, dims, exact: bool) -> Case:
+    """x, y ~ N(0, 1) in fp64, (M, N); ``exact``: values with 8 significant bits, whose products
+    are exact in fp32 (so half precision is judged against the final rounding alone)."""
+    m, n = dims["M"], dims["N"]
+    x = torch.randn(m, n, generator=generator, dtype=torch.float64)
+    y = torch.randn(m, n, generator=generator, dtype=torch.float64)
+    if exact:
+        x, y = (torch.round(v * 64) / 64 for v in (x, y))
+    return Case(values={{"x": x, "y": y}})
+'''
+
+ORACLE_PY = '''"""fp64 oracles of ``{name}``. Imports only torch: the replay timer loads this file on its own
+(as ``assignment_oracle.py``) to verify every timed output with ``benchmark_oracle``."""
+
+from __future__ import annotations
+
+import torch
+
+
+def product_fp64(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, scale): out = x * y and scale = |x * y| in float64, for x, y (M, N) of any float dtype."""
+    out = x.double() * y.double()
+    return out, out.abs()
+
+
+def oracle(values):
+    """{{"out": OutputOracle}} of the inputs as placed (grader.assignments.protocol.Oracle)."""
+    from grader.assignments.protocol import OutputOracle
+
+    out, scale = product_fp64(values["x"], values["y"])
+    return {{"out": OutputOracle(out, scale)}}
+
+
+def benchmark_oracle(inputs: tuple, index):
+    """{{"out": (expected, scale, slack)}} on rows ``index["M"]`` (None: every row) of bench inputs."""
+    x, y = inputs
+    if index is not None:
+        x, y = x.index_select(0, index["M"]), y.index_select(0, index["M"])
+    out, scale = product_fp64(x, y)
+    return {{"out": (out, scale, None)}}
+'''
+
+BENCH_PY = '''"""``{name}``'s benchmark inputs and peers (torch only; bound into the timing children).
+
+Names the timing harness reads: ARGUMENTS, make_inputs, refill_inputs, expected_output, PEERS,
+COMPILED_PEER, STREAMING_PROBE (docs/authoring.md, step 6, describes each).
+"""
+
+from __future__ import annotations
+
+import torch
+
+ARGUMENTS = ("x", "y")
+
+
+def make_inputs(shape, dtype, seed, device="cuda"):
+    """(x, y), each ``shape`` contiguous ``dtype`` on ``device``, N(0, 1) from one seeded generator."""
+    gen = torch.Generator(device=device)
+    gen.manual_seed(int(seed))
+    return tuple(torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(dtype) for _ in range(2))
+
+
+def refill_inputs(inputs, generator):
+    """New values in place, drawn as ``make_inputs`` draws them."""
+    for tensor in inputs:
+        tensor.normal_(0.0, 1.0, generator=generator)
+
+
+def expected_output(inputs):
+    return tuple(inputs[0].shape), inputs[0].dtype
+
+
+def torch_expression(x, y):
+    """The baseline: PyTorch's elementwise product."""
+    return x * y
+
+
+PEERS = {{"torch_expression": torch_expression}}
+COMPILED_PEER = ("torch_compile_expression", torch_expression)
+STREAMING_PROBE = ("torch.add(x, y): 2 reads + 1 write per element", lambda x, y: torch.add(x, y))
+'''
+
+INIT_PY = '''"""Assignment ``{name}``. The files of this folder are described in docs/authoring.md;
+``ASSIGNMENT`` is what the generic grader uses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from grader.assignments.protocol import BenchmarkSpec, Declared, Floor, TimedSelection
+from grader.generic_checks import build_plan
+from grader.manifest import get_manifest
+
+from . import spec
+from .inputs import make_case
+from .oracle import benchmark_oracle, oracle
+
+HERE = Path(__file__).resolve().parent
+_ELEMENT_BYTES = {{"float32": 4, "float16": 2, "bfloat16": 2}}
+
+
+def floor_bytes(shape, dtype):
+    """x and y read, out written: 3 accesses per element (a second pass is never needed)."""
+    moved = 3 * shape[0] * shape[1] * _ELEMENT_BYTES[dtype]
+    return {{"min": moved, "two_pass": moved}}
+
+
+DECLARED = Declared(inputs=spec.INPUTS, outputs=spec.OUTPUTS, make_case=make_case, oracle=oracle, checks=spec.checks,
+                    hints=spec.HINTS, hint_requires=spec.HINT_REQUIRES)
+
+
+class Assignment:
+    """``{function}(x, y) -> out`` (grader.assignments.protocol.Assignment)."""
+
+    manifest = get_manifest("{name}")
+    inputs = spec.INPUTS
+    outputs = spec.OUTPUTS
+    check_names = spec.CHECK_NAMES
+    reference_file = HERE / "reference.py"
+    template_file = HERE / "template.py"
+    crash_hint = spec.CRASH_HINT
+    benchmark = BenchmarkSpec(
+        shapes=spec.BENCHMARK_SHAPES,
+        dtypes=spec.BENCHMARK_DTYPES,
+        baseline="torch_expression",
+        peers=("torch_expression", "reference", "torch_compile_expression"),
+        scopes={{
+            "student": "one call of the submission's {function}(x, y): its wrapper and every kernel it launches",
+            "torch_expression": "the baseline: x * y, one PyTorch elementwise kernel",
+            "reference": "the course reference kernel with its wrapper",
+            "torch_compile_expression": "torch.compile(baseline, dynamic=False, fullgraph=True), compiled per row",
+        }},
+        floor=Floor("bandwidth", bytes=floor_bytes),
+        selection=TimedSelection(draws={{"M": 2}}, outputs={{"out": ("M", None)}}, inputs=(("M", None), ("M", None))),
+        bench_file=HERE / "bench.py",
+        oracle_file=HERE / "oracle.py",
+        oracle=benchmark_oracle,
+    )
+
+    def build_plan(self, *, seed: int, device: str):
+        return build_plan(DECLARED, seed=seed, device=device, check_names=self.check_names)
+
+    def tolerance(self, dtype: torch.dtype, output: str | None = None):
+        table = next(out.tolerances for out in self.outputs if output in (None, out.name))
+        return table[str(dtype).replace("torch.", "")]
+
+
+ASSIGNMENT = Assignment()
+'''
+
+REFERENCE_PY = '''"""The course reference of ``{name}`` (never visible to a submission): out = x * y."""
+import torch
+import triton
+import triton.language as tl
+
+BLOCK = 1024
+
+
+@triton.jit
+def _product_kernel(x_ptr, y_ptr, out_ptr, N, sxm, sxn, sym, syn, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < N
+    x = tl.load(x_ptr + row * sxm + cols * sxn, mask=mask).to(tl.float32)
+    y = tl.load(y_ptr + row * sym + cols * syn, mask=mask).to(tl.float32)
+    tl.store(out_ptr + row * N + cols, (x * y).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def {function}(x, y):
+    if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
+        raise TypeError("x and y must be tensors")
+    if x.dim() != 2 or x.shape != y.shape or x.dtype != y.dtype or x.device != y.device:
+        raise ValueError("x and y must be 2-D tensors of one shape, dtype and device")
+    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(f"unsupported dtype {{x.dtype}}")
+    if x.requires_grad or y.requires_grad:
+        raise ValueError("inputs must not require grad")
+    m, n = x.shape
+    out = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    if m and n:
+        _product_kernel[(m, triton.cdiv(n, BLOCK))](x, y, out, n, x.stride(0), x.stride(1), y.stride(0), y.stride(1),
+                                                    BLOCK=BLOCK)
+    return out
+'''
+
+TEMPLATE_PY = '''"""Starter file of ``{name}``: write ``{function}(x, y)`` with a @triton.jit kernel."""
+import torch  # noqa: F401
+import triton  # noqa: F401
+import triton.language as tl  # noqa: F401
+
+
+def {function}(x, y):
+    raise NotImplementedError("write the kernel")
+'''
+
+TEST_PY = '''"""``{name}``'s own maths, on the CPU: its oracle against an independent fp64 computation. The
+generic contract of every assignment (plan, tolerances, timed verification, corpus layout) is in
+tests/grader/test_assignments.py, parametrised over the manifest."""
+
+import torch
+
+from grader.assignments.{name}.inputs import make_case
+from grader.assignments.{name}.oracle import benchmark_oracle, oracle
+
+
+def test_oracle_is_the_fp64_formula():
+    case = make_case(torch.Generator().manual_seed(0), {{"M": 3, "N": 5}}, False)
+    found = oracle(case.values)["out"]
+    assert torch.equal(found.expected, case.values["x"] * case.values["y"])
+    rows = torch.tensor([2])
+    expected, _, _ = benchmark_oracle((case.values["x"], case.values["y"]), {{"M": rows}})["out"]
+    assert torch.equal(expected, found.expected[2:])
+'''
+
+
+def manifest_entry(name: str, function: str) -> str:
+    """The ``MANIFESTS`` entry to add to grader/manifest.py."""
+    return (f'    "{name}": AssignmentManifest(\n        name="{name}",\n        title="{name}: (one line for people)",\n'
+            f'        function="{function}",\n        arguments=("x", "y"),\n        module_file="{name}.py",\n'
+            f'        package="grader.assignments.{name}",\n    ),')
+
+
+def scaffold(name: str, root: Path, *, function: str | None = None) -> list[Path]:
+    """Write the new assignment's files under ``root`` (a checkout); returns the paths written.
+
+    Raises:
+        ValueError: ``name`` is not a lower-case identifier of 2-41 characters, or a keyword.
+        FileExistsError: the assignment's folder or corpus already exists (nothing is written).
+    """
+    if not _NAME.match(name) or keyword.iskeyword(name):
+        raise ValueError(f"{name!r} is not a lower-case identifier (a-z, 0-9, _; 2-41 characters)")
+    function = function or name
+    package = root / "grader" / "assignments" / name
+    corpus = root / "tests" / "corpus" / name
+    test = root / "tests" / "grader" / "assignments" / f"test_{name}.py"
+    for path in (package, corpus, test):
+        if path.exists():
+            raise FileExistsError(f"{path} exists; nothing written")
+    files = {
+        package / "__init__.py": INIT_PY, package / "spec.py": SPEC, package / "inputs.py": INPUTS_PY,
+        package / "oracle.py": ORACLE_PY, package / "bench.py": BENCH_PY, package / "reference.py": REFERENCE_PY,
+        package / "template.py": TEMPLATE_PY, test: TEST_PY,
+        corpus / "correct" / "README.md": "Correct files: at least three styles, one the Triton tutorial's.\n",
+        corpus / "wrong" / "README.md": "One known mistake per file; its docstring says `Expected failed checks: ...`.\n",
+    }
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text.format(name=name, function=function), encoding="utf-8")
+    return list(files)
+
+
+def main_new_assignment(args) -> int:
+    """CLI handler of ``grader new-assignment NAME``."""
+    import sys
+
+    try:
+        written = scaffold(args.name, Path(args.root), function=args.function)
+    except (ValueError, FileExistsError) as exc:
+        print(f"grader new-assignment: {exc}", file=sys.stderr)
+        return 1
+    for path in written:
+        print(f"wrote {path}")
+    print("\nAdd this entry to MANIFESTS in grader/manifest.py, then follow docs/authoring.md:\n")
+    print(manifest_entry(args.name, args.function or args.name))
+    return 0

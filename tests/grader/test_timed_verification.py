@@ -1,0 +1,221 @@
+"""The timed verification (grader/harness/replay_child.py ``check_timed_outputs``) applies the
+checks' own tolerance rule, ``Tolerance.allowed`` with its slack, through the typed
+``TimedVerification`` the parent sends (grader.benchmark.timed_verification), for every
+assignment: outputs made with each arithmetic an assignment allows pass in every dtype; an
+output just beyond the bound is flagged; the timed check and the parent's ``compare`` give the
+same worst ratio on the same elements. Also the index sets: a selection picks rows of some
+tensors and all of others. CPU, small tensors; the replay child is imported, not run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from grader.assignments import get_assignment
+from grader.benchmark import timed_verification
+from grader.benchmark.verify import load_bench_module
+from grader.checks import compare
+from grader.harness import replay_child
+from grader.harness.protocol import BenchmarkPlan, TimedOutput, TimedVerification, Tolerance
+from grader.manifest import MANIFESTS
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+SHAPE = (48, 1000)
+
+
+def _to_bf16_toward_zero(values: torch.Tensor) -> torch.Tensor:
+    """Round fp32 to bf16 by truncation (what Triton's CPU interpreter does; spec allows 2 ulps)."""
+    bits = values.float().contiguous().view(torch.int32) & ~0xFFFF
+    return bits.view(torch.float32).to(torch.bfloat16)
+
+
+def _finish(values32: torch.Tensor, dtype: torch.dtype, truncate: bool) -> torch.Tensor:
+    return _to_bf16_toward_zero(values32) if truncate and dtype == torch.bfloat16 else values32.to(dtype)
+
+
+# Each arithmetic the assignment's spec allows, as a function of the bench inputs (in their dtype).
+def _softmax_fp32(y, g, truncate=False):
+    y32, g32 = y.float(), g.float()
+    return _finish(y32 * (g32 - (y32 * g32).sum(-1, keepdim=True)), y.dtype, truncate)
+
+
+def _softmax_products_in_dtype(y, g, truncate=False):
+    """PyTorch's CUDA softmax backward: p = fl(y*g) in the input dtype, dx = p - y * sum(p) in fp32."""
+    p = (y * g).float()
+    return _finish(p - y.float() * p.sum(-1, keepdim=True), y.dtype, truncate)
+
+
+def _xent(x, t, grad, route: str, truncate=False):
+    x32 = x.float()
+    m = x32.amax(-1, keepdim=True)
+    if route == "max_subtracted":
+        e = torch.exp(x32 - m)
+        p = e / e.sum(-1, keepdim=True)
+    elif route == "log_sum_exp":
+        p = torch.exp(x32 - (m + torch.log(torch.exp(x32 - m).sum(-1, keepdim=True))))
+    else:  # exp2 of scaled arguments, as Triton lowers tl.exp on the GPU
+        log2e = 1.4426950408889634
+        e = torch.exp2(x32 * log2e - m * log2e)
+        p = e / e.sum(-1, keepdim=True)
+    valid = t != -100
+    onehot = torch.zeros_like(p).scatter_(1, torch.where(valid, t, 0).unsqueeze(1), 1.0)
+    row_scale = torch.where(valid, grad / valid.sum().clamp(min=1), 0.0)
+    return _finish((p - onehot) * row_scale.unsqueeze(1), x.dtype, truncate)
+
+
+ALLOWED = {
+    "softmax_backward": {
+        "fp32 products, fp32 sum": lambda y, g: _softmax_fp32(y, g),
+        "products rounded to the input dtype (aten's CUDA backward)": lambda y, g: _softmax_products_in_dtype(y, g),
+        "products in the input dtype, bf16 result truncated": lambda y, g: _softmax_products_in_dtype(y, g, True),
+    },
+    "softmax_cross_entropy_backward": {
+        "exp(x - max) / sum": lambda x, t, g: _xent(x, t, g, "max_subtracted"),
+        "exp(x - (max + log sum))": lambda x, t, g: _xent(x, t, g, "log_sum_exp"),
+        "exp2 of x log2e - max log2e, bf16 result truncated": lambda x, t, g: _xent(x, t, g, "exp2", True),
+    },
+}
+
+
+def _setup(name: str, dtype: str):
+    assignment = get_assignment(name)
+    bench = load_bench_module(assignment.benchmark.bench_file)
+    inputs = list(bench.make_inputs(SHAPE, DTYPES[dtype], 11, "cpu"))
+    # The oracle file as the replay timer loads it (assignment_oracle.py: the file alone).
+    spec = importlib.util.spec_from_file_location(f"oracle_{name}", assignment.benchmark.oracle_file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return assignment, inputs, module, timed_verification(assignment, dtype)
+
+
+def test_every_assignment_has_allowed_arithmetic_here():
+    assert set(ALLOWED) == set(MANIFESTS)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("name", sorted(MANIFESTS))
+def test_outputs_of_every_allowed_arithmetic_pass_the_timed_check(name, dtype):
+    assignment, inputs, oracle, verification = _setup(name, dtype)
+    assert [o.name for o in verification.outputs] == [o.name for o in assignment.outputs]
+    assert verification.outputs[0].tolerance == assignment.tolerance(DTYPES[dtype])
+    every_row = {"M": torch.arange(SHAPE[0])}
+    for what, arithmetic in ALLOWED[name].items():
+        out = arithmetic(*inputs)
+        worst, bad, changed, by_output = replay_child.check_timed_output([out], inputs, inputs, every_row, oracle,
+                                                                         verification)
+        assert (int(bad), int(changed)) == (0, 0) and float(worst) <= 1, (what, float(worst))
+        expected, scale, slack = oracle.benchmark_oracle(tuple(inputs), None)[assignment.outputs[0].name]
+        same = compare(out, expected, scale, verification.outputs[0].tolerance, slack)
+        assert same.passed and float(worst) == pytest.approx(same.max_ratio, rel=1e-12), what
+        assert float(by_output[0]) == float(worst)
+
+
+def test_the_slack_is_what_lets_aten_arithmetic_pass_in_bf16():
+    """The bug the one rule fixes: without the slack (the bound the replay child once re-wrote),
+    products rounded to bf16 are flagged; with the checks' own rule they pass."""
+    assignment, inputs, oracle, verification = _setup("softmax_backward", "bfloat16")
+    out = _softmax_products_in_dtype(*inputs)
+    expected, scale, slack = oracle.benchmark_oracle(tuple(inputs), None)["dx"]
+    tolerance = verification.outputs[0].tolerance
+    without_slack = ((out.double() - expected).abs() / tolerance.allowed(expected, scale)).max()
+    assert float(without_slack) > 1
+    assert compare(out, expected, scale, tolerance, slack).passed
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("name", sorted(MANIFESTS))
+def test_an_output_just_beyond_the_bound_is_flagged(name, dtype):
+    assignment, inputs, oracle, verification = _setup(name, dtype)
+    output = assignment.outputs[0].name
+    expected, scale, slack = oracle.benchmark_oracle(tuple(inputs), None)[output]
+    allowed = verification.outputs[0].tolerance.allowed(expected, scale, slack)
+    rows = {"M": torch.tensor([3, 17])}
+    for factor, flagged in ((0.999, False), (1.001, True)):
+        out = expected.clone()  # fp64: no rounding moves the element back inside
+        out[17, 5] += factor * allowed[17, 5]
+        worst, bad, _, _ = replay_child.check_timed_output([out], inputs, inputs, rows, oracle, verification)
+        assert (int(bad) == 1) is flagged and (float(worst) > 1) is flagged, (factor, float(worst))
+        assert float(worst) == pytest.approx(factor, rel=1e-9)
+
+
+def test_changed_inputs_are_counted_on_the_selected_elements_only():
+    assignment, inputs, oracle, verification = _setup("softmax_cross_entropy_backward", "float32")
+    out = _xent(*inputs, "max_subtracted")
+    pristine = [t.clone() for t in inputs]
+    inputs[0][5, :] = 0  # a row that is not selected
+    rows = {"M": torch.tensor([1, 2])}
+    _, _, changed, _ = replay_child.check_timed_output([out], inputs, pristine, rows, oracle, verification)
+    assert int(changed) == 0
+    inputs[0][2, 7] = 1.0
+    _, _, changed, _ = replay_child.check_timed_output([out], inputs, pristine, rows, oracle, verification)
+    assert int(changed) == 1
+
+
+class _GemmLikeOracle:
+    """out = A @ B + bias on rows ``index["M"]`` (those rows of A, all of B); colsum = the column
+    sums of A @ B, which need every row of A (as layernorm's dw needs every row)."""
+
+    @staticmethod
+    def benchmark_oracle(inputs, index):
+        a, b, bias = (t.double() for t in inputs)
+        rows = a if index is None else a.index_select(0, index["M"])
+        return {"out": (rows @ b + bias, rows.abs() @ b.abs() + bias.abs(), None),
+                "colsum": ((a @ b).sum(0), (a.abs() @ b.abs()).sum(0), None)}
+
+
+def test_a_selection_picks_rows_of_some_tensors_and_all_of_others():
+    """Two outputs of different shapes (out (M, N) by drawn rows, colsum (N,) whole), inputs
+    A by rows, B and bias whole: a change to B anywhere is caught, to A only on drawn rows."""
+    tolerance = Tolerance(rtol=1e-12, atol=1e-12, why="fp64 test")
+    verification = TimedVerification(
+        draws={"M": 3}, input_axes=[["M", None], [None, None], [None]],
+        outputs=[TimedOutput(name="out", axes=["M", None], tolerance=tolerance),
+                 TimedOutput(name="colsum", axes=[None], tolerance=tolerance)])
+    generator = torch.Generator().manual_seed(0)
+    a, b, bias = torch.randn(10, 4, generator=generator), torch.randn(4, 6, generator=generator), torch.randn(6)
+    inputs = [a.double(), b.double(), bias.double()]
+    outs = [inputs[0] @ inputs[1] + inputs[2], (inputs[0] @ inputs[1]).sum(0)]
+    drawn = replay_child.draw_indices(verification, outs, inputs, 2, torch.Generator().manual_seed(1))
+    assert [set(d) for d in drawn] == [{"M"}, {"M"}] and drawn[0]["M"].shape == (3,)
+    assert int(drawn[0]["M"].max()) < 10
+    index = {"M": torch.tensor([0, 4, 9])}
+    worst, bad, changed, by_output = replay_child.check_timed_output(outs, inputs, inputs, index, _GemmLikeOracle,
+                                                                     verification)
+    assert (int(bad), int(changed)) == (0, 0) and len(by_output) == 2
+    wrong = [outs[0], outs[1].clone()]
+    wrong[1][2] += 1.0
+    _, bad, _, by_output = replay_child.check_timed_output(wrong, inputs, inputs, index, _GemmLikeOracle, verification)
+    assert int(bad) == 1 and float(by_output[1]) > 1 and float(by_output[0]) <= 1
+    bent = [t.clone() for t in inputs]
+    bent[1][3, 5] += 1.0
+    bent[0][1, 0] += 1.0  # row 1 is not drawn
+    _, _, changed, _ = replay_child.check_timed_output(outs, bent, inputs, index, _GemmLikeOracle, verification)
+    assert int(changed) == 1
+
+
+def test_axes_must_name_drawn_dimensions():
+    tolerance = Tolerance(rtol=0.0, atol=1.0, why="t")
+    with pytest.raises(ValueError, match="not drawn"):
+        TimedVerification(draws={"M": 1}, input_axes=[["K", None]],
+                          outputs=[TimedOutput(name="out", axes=["M", None], tolerance=tolerance)])
+
+
+def test_the_benchmark_plan_carries_the_checks_tolerances_as_they_are():
+    from grader.benchmark import BenchmarkOptions, replay_phase
+    from grader.harness.protocol import CallRecording, KernelRecord, LaunchRecord, Recording
+
+    assignment = get_assignment("softmax_backward")
+    kernel = KernelRecord(id="a" * 64, name="k", signature=["*fp16"], num_warps=4)
+    call = CallRecording(call_id="4x8/bfloat16", buffers=[{"name": "arg0", "nbytes": 64}],
+                         launches=[LaunchRecord(kernel=kernel.id, grid=(1, 1, 1),
+                                                args=[{"kind": "pointer", "buffer": "arg0", "offset_bytes": 0}])])
+    recording = Recording(kernels=[kernel], calls=[call])
+    rows = [{"id": "4x8/bfloat16", "shape": [4, 8], "dtype": "bfloat16", "seed": 1}]
+    plan, unreplayable = replay_phase(assignment, rows, recording, BenchmarkOptions())
+    assert unreplayable == {}
+    again = BenchmarkPlan.model_validate_json(plan.model_dump_json())
+    assert again.rows[0].verification.outputs[0].tolerance == assignment.tolerance(torch.bfloat16)
+    assert again.rows[0].verification.draws == {"M": 2}
