@@ -355,7 +355,8 @@ class Child:
         launches, torch_ops = kept
         recording, kernels = self.recorder.describe(call.id, launches, torch_ops, args=args, kwargs=kwargs,
                                                     output=result, current_stream=self.current_stream())
-        replay = {"launches": len(launches), "torch_ops": list(torch_ops), "side_streams": recording["side_streams"]}
+        replay = {"launches": len(launches), "torch_ops": recording["torch_ops"], "side_streams": recording["side_streams"],
+                  "layout_copies": len(recording["layout_copies"])}
         report["replay"] = replay
         if recording["not_replayable"]:
             replay.update(status="not_replayable", message=recording["not_replayable"])
@@ -612,7 +613,7 @@ class Child:
                                                             current_stream=self.current_stream())
                 self.recordings.append(recording)
                 self.kernels.update(kernels)
-                entry.update(launches=len(kept[0]), torch_ops=list(kept[1]), not_replayable=recording["not_replayable"])
+                entry.update(launches=len(kept[0]), torch_ops=recording["torch_ops"], not_replayable=recording["not_replayable"])
             else:
                 entry["error"] = (report.get("exception") or {}).get("message", report["status"])
             rows.append(entry)
