@@ -59,7 +59,8 @@ import time
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # python -I leaves the script's folder out
-import protocol  # noqa: E402  (the harness's sibling files)
+import interpreter_bf16  # noqa: E402  (the harness's sibling files)
+import protocol  # noqa: E402
 from launches import LaunchRecorder, as_bytes, fresh_buffers  # noqa: E402
 
 # Rebind what this harness needs before any student code can patch the modules it comes from.
@@ -252,6 +253,8 @@ class Child:
         self.recorder.install()
         report_compilations(self.progress)
         narrow_autotuners_for_interpreter(self.narrowed)
+        if self.recorder.interpret:
+            interpreter_bf16.install()  # bf16 arithmetic through fp32, as a GPU rounds it
         self.progress.write("import")
         sys.path.insert(0, self.workdir)
         try:
