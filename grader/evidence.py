@@ -57,6 +57,8 @@ def timeout_message(outcome: ChildOutcome, settings: GraderSettings, *, device: 
     """
     during = f" during {where}" if where else ""
     message = f"did not finish within {settings.child_timeout_s:g} s (still running{during})"
+    if outcome.cpu_s is not None:
+        message = cpu_timeout_message(outcome, settings, during)
     if device == "cpu":
         if where and where.startswith("call"):
             message += (". On the CPU interpreter (TRITON_INTERPRET=1) each program of the grid runs one after"
@@ -76,6 +78,39 @@ def timeout_message(outcome: ChildOutcome, settings: GraderSettings, *, device: 
     return message
 
 
+def cpu_timeout_message(outcome: ChildOutcome, settings: GraderSettings, during: str) -> str:
+    """The first words of a timeout under a CPU-time limit (grader/sandbox.py CpuClock): which
+    clock ran out, what was running and for how long in CPU and wall seconds, and whether the
+    machine was loaded (so that a timeout under load reads as such, not as the kernel's fault)."""
+    if outcome.timeout_clock == "wall":
+        message = (f"did not finish within the wall-clock ceiling of "
+                   f"{settings.child_timeout_s * settings.cpu_wall_ceiling_factor:g} s (not counting the time it "
+                   f"waited for a CPU), having used {outcome.cpu_s:.1f} s of its {settings.child_timeout_s:g} s of CPU "
+                   f"time (still running{during}; a process that waits or sleeps uses no CPU)")
+    else:
+        message = f"did not finish within {settings.child_timeout_s:g} s of CPU time (still running{during})"
+    running, load = outcome.running or {}, outcome.load or {}
+    if running.get("cpu_s") is not None:
+        message += f"; that had run for {running['cpu_s']:.1f} s of CPU and {running['wall_s']:.1f} s of wall time"
+    if load:
+        share = load.get("child_cpu_share")
+        state = "loaded" if load.get("loaded") else "not loaded"
+        message += (f"; the machine was {state} (1-minute load average {load.get('load_1min')} on "
+                    f"{load.get('cores')} cores" + (f", the run got {share:.0%} of a core" if share is not None else "")
+                    + ")")
+    return message
+
+
+def timing_details(outcome: ChildOutcome) -> dict:
+    """What a timeout's error carries beside its message: compile, CPU and wall seconds, the
+    call running and the machine's load (all measured by the parent)."""
+    details: dict = {"compile_s": round(outcome.compile_s, 3)} if outcome.compile_s else {}
+    if outcome.cpu_s is not None:
+        details.update(cpu_s=outcome.cpu_s, wall_s=round(outcome.duration_s, 3), clock=outcome.timeout_clock,
+                       running=outcome.running, load=outcome.load)
+    return details
+
+
 def child_error(outcome: ChildOutcome, workdir: Path, settings: GraderSettings, *, device: str = "cpu"
                 ) -> GradingError | None:
     """The error of a child that did not finish normally, or None if it did.
@@ -89,7 +124,7 @@ def child_error(outcome: ChildOutcome, workdir: Path, settings: GraderSettings, 
     during = f" during {where}" if where else ""
     if outcome.timed_out:
         return GradingError(kind=ErrorKind.TIMEOUT, message=timeout_message(outcome, settings, device=device, where=where),
-                            details={"compile_s": round(outcome.compile_s, 3)} if outcome.compile_s else {})
+                            details=timing_details(outcome))
     if outcome.memory_exceeded:
         return GradingError(kind=ErrorKind.RESOURCE_LIMIT,
                             message=f"used more than {settings.memory_limit_bytes / 2**30:.3g} GiB of host memory{during}")
