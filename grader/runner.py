@@ -524,6 +524,8 @@ def _checks_beside_isolated(plan: Plan, assignment: Assignment, source: str, rep
                           "without that pass. Nothing of the first run counts.")
     timings["child"] = outcome.duration_s
     timings["compile"] = outcome.compile_s
+    if outcome.cpu_s is not None:  # CPU runs: the seconds the limit counts (sandbox.CpuClock)
+        timings["child_cpu"] = outcome.cpu_s
     timings.update(_child_phases(outcome))
     evidence_calls, finished = read_evidence(plan.steps(isolated=False), workdir)
     process_error = child_error(outcome, workdir, settings, device=device)

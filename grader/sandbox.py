@@ -946,7 +946,7 @@ def run_sandboxed(
     cpu_s = cpu_clock.used_s() if cpu_clock is not None else None
     load = machine_load(cpu_clock.samples[-1][1] if cpu_clock is not None else None, duration)
     compile_s = progress_lines.compile_seconds() if progress_lines is not None else 0.0
-    compile_excluded = clock.excluded_s(time.monotonic())
+    compile_excluded = clock.excluded_s(time.monotonic()) - (cpu_clock.waited_s if cpu_clock is not None else 0.0)
     oom = cgroup.oom_killed() if cgroup is not None else False
     pids_hit = cgroup.process_limit_hit() if cgroup is not None else False
     if cgroup is not None:
