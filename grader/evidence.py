@@ -67,6 +67,7 @@ def timeout_message(outcome: ChildOutcome, settings: GraderSettings, *, device: 
                         " hundreds or thousands of elements")
         return message
     compiled = outcome.compile_s
+    message += compile_cost_text(outcome)
     if outcome.compile_budget_exhausted:
         message += (f". It spent {compiled:.0f} s compiling Triton kernels, past the compile budget of"
                     f" {settings.compile_budget_s:g} s that is not counted in the limit: Triton compiles each new"
@@ -76,6 +77,33 @@ def timeout_message(outcome: ChildOutcome, settings: GraderSettings, *, device: 
         message += (f"; {outcome.compile_excluded_s:.0f} s of Triton compilation were not counted"
                     f" (compile budget {settings.compile_budget_s:g} s)")
     return message
+
+
+def _gib(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.2f} GiB"
+
+
+def compile_cost_text(outcome: ChildOutcome) -> str:
+    """What the child was compiling when it was stopped (or, with nothing open, its costliest
+    compilations), from its progress pipe: each kernel with its constexpr arguments (block
+    sizes) and warps, how long by the parent's clock, and the memory the child reported. Empty
+    when it compiled nothing."""
+    report = outcome.progress.compile_report() if outcome.progress is not None else []
+    if not report:
+        return ""
+    open_ones = [entry for entry in report if entry.get("open")]
+    shown = open_ones[:3] or report[:3]
+
+    def one(entry: dict) -> str:
+        settings = [f"{name}={value}" for name, value in entry.get("constants", {}).items()]
+        if entry.get("num_warps"):
+            settings.append(f"num_warps={entry['num_warps']}")
+        memory = f", peak {_gib(entry['peak_rss_bytes'])} resident" if entry.get("peak_rss_bytes") else ""
+        return f"{entry['kernel']} ({', '.join(settings) or 'no constexprs'}) for {entry['seconds']:.1f} s{memory}"
+
+    head = "compiling then: " if open_ones else "its longest compilations: "
+    more = f" (+{len(open_ones) - 3} more at once)" if len(open_ones) > 3 else ""
+    return "; " + head + "; ".join(one(entry) for entry in shown) + more
 
 
 def cpu_timeout_message(outcome: ChildOutcome, settings: GraderSettings, during: str) -> str:
@@ -103,8 +131,12 @@ def cpu_timeout_message(outcome: ChildOutcome, settings: GraderSettings, during:
 
 def timing_details(outcome: ChildOutcome) -> dict:
     """What a timeout's error carries beside its message: compile, CPU and wall seconds, the
-    call running and the machine's load (all measured by the parent)."""
+    call running, the machine's load and the costliest compilations (all measured by the
+    parent)."""
     details: dict = {"compile_s": round(outcome.compile_s, 3)} if outcome.compile_s else {}
+    report = outcome.progress.compile_report() if outcome.progress is not None else []
+    if report:
+        details["compilations"] = report[:8]
     if outcome.cpu_s is not None:
         details.update(cpu_s=outcome.cpu_s, wall_s=round(outcome.duration_s, 3), clock=outcome.timeout_clock,
                        running=outcome.running, load=outcome.load)
@@ -127,7 +159,10 @@ def child_error(outcome: ChildOutcome, workdir: Path, settings: GraderSettings, 
                             details=timing_details(outcome))
     if outcome.memory_exceeded:
         return GradingError(kind=ErrorKind.RESOURCE_LIMIT,
-                            message=f"used more than {settings.memory_limit_bytes / 2**30:.3g} GiB of host memory{during}")
+                            message=f"used more than {settings.memory_limit_bytes / 2**30:.3g} GiB of host memory{during}"
+                                    + compile_cost_text(outcome),
+                            details={"compilations": outcome.progress.compile_report()[:8]}
+                            if outcome.progress is not None and outcome.progress.compile_report() else {})
     if outcome.output_exceeded:
         return GradingError(kind=ErrorKind.RESOURCE_LIMIT,
                             message=f"printed more than {settings.output_kill_bytes / 2**20:.3g} MiB of output{during}")

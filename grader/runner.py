@@ -175,6 +175,30 @@ def _child_notes(workdir: Path) -> list[str]:
     return list(done.notes[:MAX_CHILD_NOTES]) if done is not None else []
 
 
+#: Host memory one Triton compilation of a large block may take, bytes: LLVM and ptxas on a
+#: whole-row block of 65,536-262,144 elements; six such configs of one autotuned kernel at once
+#: passed an 8 GiB limit on the H200's host (issue 22), so more than 1.3 GiB each.
+COMPILE_MEMORY_BYTES = 2 << 30
+#: Share of the child's memory limit under which its compile-only pass starts another
+#: compilation (check_child.py MemoryGatedExecutor): the rest is left to the compilations
+#: already running, the checks' tensors and torch.
+COMPILE_MEMORY_SHARE = 0.5
+
+
+def precompile_threads(settings: GraderSettings) -> int:
+    """Threads for the compile-only pass: ``settings.precompile_threads``, but no more than the
+    cores this process may use, nor than the compilations of ``COMPILE_MEMORY_BYTES`` that fit
+    in the child's memory limit (at least one; 0 when the setting turns the pass off)."""
+    if settings.precompile_threads <= 0:
+        return 0
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    by_memory = max(1, settings.memory_limit_bytes // COMPILE_MEMORY_BYTES)
+    return max(1, min(settings.precompile_threads, cores, by_memory))
+
+
 def _run_child(plan: Plan, assignment: Assignment, source: str, *, isolated: bool, device: str,
                settings: GraderSettings, grading_dir: Path, cache_dir: Path, rows: list[dict] | None = None,
                cancel: threading.Event | None = None, prestarted: PrestartedChild | None = None):
@@ -206,7 +230,8 @@ def _run_child(plan: Plan, assignment: Assignment, source: str, *, isolated: boo
     if not isolated:
         protocol_plan.benchmark_rows = [
             BenchmarkRowSpec(**{k: row[k] for k in ("id", "shape", "dtype", "seed", "warmup_seed")}) for row in rows or []]
-        protocol_plan.precompile_threads = settings.precompile_threads
+        protocol_plan.precompile_threads = precompile_threads(settings)
+        protocol_plan.compile_memory_bytes = int(settings.memory_limit_bytes * COMPILE_MEMORY_SHARE)
         bases = plan.bank.bases
     else:
         names = {getattr(arg, "base", None) or getattr(arg, "pattern", None)
@@ -568,10 +593,19 @@ def _checks_beside_isolated(plan: Plan, assignment: Assignment, source: str, rep
         "error": error,
         "checks": outcomes,
         "log": CapturedLog(**outcome.log.as_json()),
-        "limits": outcome.limits,
+        "limits": _limits_with_compilation(outcome.limits, settings, device),
         "notes": list(dict.fromkeys(notes)),
+        "compilations": outcome.progress.compile_report()[:32] if outcome.progress is not None else [],
     }
     return run
+
+
+def _limits_with_compilation(limits: dict, settings: GraderSettings, device: str) -> dict:
+    """The child's limits, and on a GPU the compile-only pass's threads and memory gate."""
+    if device != "cuda":
+        return limits
+    return {**limits, "precompile_threads": precompile_threads(settings),
+            "compile_memory_bytes": int(settings.memory_limit_bytes * COMPILE_MEMORY_SHARE)}
 
 
 def _send_recording(plan: Plan, workdir: Path, evidence_calls: dict, replay_process, run: _Run, *,

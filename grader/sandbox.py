@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.harness.protocol import CompileMark
 from grader.openmp import OMP_WAIT_POLICY
 from grader.settings import GraderSettings
 
@@ -169,6 +170,8 @@ class _OutputCapture(threading.Thread):
         return CapturedLog(text=text, truncated=truncated, total_bytes=self.total, omitted_bytes=self.total - kept)
 
 
+#: Most compilations one child's report keeps (the rest are counted).
+MAX_COMPILE_RECORDS = 256
 #: Progress lines with which the harness brackets a Triton compilation (check_child.py).
 COMPILE_BEGIN = "compile begin"
 #: The line of a check child started ahead of its job when its plan arrived (check_child.py).
@@ -213,6 +216,12 @@ class ProgressLines(threading.Thread):
         self._compile_closed_s = 0.0
         self._compiling_since: float | None = None
         self._depth = 0
+        #: Triton compilations announced by ``compiling <n> {...}`` / ``compiled <n> {...}``
+        #: lines (check_child.py report_each_compilation; protocol.CompileMark), timed by this
+        #: process's clock: finished ones (at most MAX_COMPILE_RECORDS) and those still open.
+        self.compilations: list[dict] = []
+        self.compilations_dropped = 0
+        self._open_compilations: dict[str, dict] = {}
         #: phase -> monotonic time (this process's clock) its first line arrived: ``import``,
         #: ``precompile``, ``call`` (the first check call), ``benchmark`` (the first benchmark
         #: row's call), ``done``. Diagnostics of where a child's time went, never evidence.
@@ -238,6 +247,43 @@ class ProgressLines(threading.Thread):
             if self._compiling_since is not None:
                 total += (time.monotonic() if now is None else now) - self._compiling_since
             return total
+
+    def _compile_mark(self, line: str, now: float) -> None:
+        """A ``compiling``/``compiled`` line: open or close that compilation's record."""
+        word, _, rest = line.partition(" ")
+        number, _, text = rest.partition(" ")
+        try:
+            mark = CompileMark.model_validate_json(text or "{}")
+        except ValueError:
+            return
+        with self._lock:
+            if word == "compiling":
+                if len(self._open_compilations) < MAX_COMPILE_RECORDS:
+                    self._open_compilations[number] = {**mark.model_dump(include={"kernel", "constants", "num_warps",
+                                                                                  "num_stages"}), "started": now}
+                return
+            entry = self._open_compilations.pop(number, None)
+            if entry is None:
+                return
+            entry.update(seconds=round(now - entry.pop("started"), 3), rss_bytes=mark.rss_bytes,
+                         peak_rss_bytes=mark.peak_rss_bytes)
+            if len(self.compilations) < MAX_COMPILE_RECORDS:
+                self.compilations.append(entry)
+            else:
+                self.compilations_dropped += 1
+
+    def compile_report(self, now: float | None = None) -> list[dict]:
+        """Every compilation seen, the longest first: the finished ones, and those still open
+        (``open``: True; ``seconds`` so far, by ``now``). Each: kernel, constants (constexpr
+        arguments by name: block sizes), num_warps, num_stages, seconds, and after a finished
+        one the child's resident and peak resident bytes as it reported them."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            report = [dict(entry) for entry in self.compilations]
+            for entry in self._open_compilations.values():
+                opened = {k: v for k, v in entry.items() if k != "started"}
+                report.append({**opened, "seconds": round(now - entry["started"], 3), "open": True})
+        return sorted(report, key=lambda entry: -entry["seconds"])
 
     @property
     def compiling(self) -> bool:
@@ -265,6 +311,9 @@ class ProgressLines(threading.Thread):
                         continue
                     if line == PLAN_RECEIVED:  # a child started ahead got its plan: not a phase of its run
                         self.marks.setdefault("plan", now)
+                        continue
+                    if line.startswith(("compiling ", "compiled ")):  # what a compilation is of and cost
+                        self._compile_mark(line, now)
                         continue
                     if self.first is None:
                         self.first = line

@@ -132,6 +132,8 @@ class CheckPlan(_Model):
 
     ``precompile_threads``: threads for the compile-only pass over the planned calls before
     the checks (GPU only; 0: no such pass, each specialisation compiles at its first launch).
+    ``compile_memory_bytes``: the pass starts a compilation only while the child's resident
+    memory is below this (one always may run; 0: no gate).
     """
 
     function: str
@@ -141,6 +143,7 @@ class CheckPlan(_Model):
     steps: list[StepSpec]
     benchmark_rows: list[BenchmarkRowSpec] = Field(default_factory=list)
     precompile_threads: int = Field(0, ge=0, le=64)
+    compile_memory_bytes: int = Field(0, ge=0)
 
 
 # ---- child -> parent (hostile) -----------------------------------------------------------
@@ -201,6 +204,20 @@ class StepReport(_Model):
 
     check: Name = ""
     calls: list[Any] = Field(default_factory=list)  # each validated on its own (CallReport)
+
+
+class CompileMark(_Model):
+    """The JSON of a ``compiling <n> {...}`` or ``compiled <n> {...}`` progress line: which
+    kernel a Triton compilation is of (its name, constexpr arguments such as block sizes,
+    ``num_warps``, ``num_stages``), and after it the child's resident and peak resident memory.
+    Hostile like every child report: a diagnostic for the report, never evidence."""
+
+    kernel: Name = "?"
+    constants: dict[Name, int | float | bool | Name] = Field(default_factory=dict, max_length=32)
+    num_warps: int | None = None
+    num_stages: int | None = None
+    rss_bytes: int = Field(0, ge=0)
+    peak_rss_bytes: int = Field(0, ge=0)
 
 
 class DoneReport(_Model):

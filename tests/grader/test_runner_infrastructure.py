@@ -386,3 +386,44 @@ def test_a_cpu_run_gets_the_same_verdict_on_a_loaded_core(tmp_path):
     assert loaded.duration_s > 2.5, "the core was not shared: the test shows nothing"
     assert loaded.load["child_cpu_share"] < 0.6, loaded.load
     assert over.timed_out and over.timeout_clock == "cpu", over
+
+
+def test_compile_threads_scale_with_the_cores_and_the_memory_limit(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    threads = runner.precompile_threads
+    assert threads(GraderSettings(precompile_threads=8, memory_limit_bytes=8 << 30)) == 4  # 2 GiB each
+    assert threads(GraderSettings(precompile_threads=8, memory_limit_bytes=1 << 30)) == 1  # never 0 by memory
+    assert threads(GraderSettings(precompile_threads=8, memory_limit_bytes=64 << 30)) == 8
+    assert threads(GraderSettings(precompile_threads=0)) == 0  # the pass is off
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert threads(GraderSettings(precompile_threads=8, memory_limit_bytes=64 << 30)) == 2
+
+
+_COMPILE_BOMB = """
+import os, sys, time
+fd = int(sys.argv[-1])
+mark = '{"kernel": "_row_kernel", "constants": {"BLOCK_SIZE": 262144}, "num_warps": 16}'
+os.write(fd, ("import\\nprecompile\\ncompile begin\\ncompiling 1 " + mark + "\\n").encode())
+time.sleep(1.0)
+held = [bytearray(64 << 20) for _ in range(64)]  # 4 GiB, as LLVM on a huge block might
+time.sleep(60)
+"""
+
+
+@requires_bwrap
+def test_a_memory_limit_hit_while_compiling_names_the_kernel_its_block_and_the_cost(tmp_path):
+    harness_dir = tmp_path / "harness"
+    harness_dir.mkdir()
+    (harness_dir / "bomb.py").write_text(_COMPILE_BOMB)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    settings = GraderSettings(sandbox="bwrap", child_timeout_s=60.0, memory_limit_bytes=512 << 20)
+    outcome = sandbox.run_sandboxed(harness=harness_dir / "bomb.py", workdir=workdir, device="cpu", args=[],
+                                    settings=settings, progress=True, compile_budget_s=30.0)
+    assert outcome.memory_exceeded, outcome
+    error = evidence.child_error(outcome, workdir, settings, device="cuda")
+    assert error.kind is ErrorKind.RESOURCE_LIMIT  # the submission's error, not a crash
+    assert "during the compile-only pass" in error.message, error.message
+    assert "compiling then: _row_kernel (BLOCK_SIZE=262144, num_warps=16) for " in error.message, error.message
+    (entry,) = error.details["compilations"]
+    assert entry["open"] and entry["seconds"] >= 0.9, entry
