@@ -79,6 +79,12 @@ def timeout_message(outcome: ChildOutcome, settings: GraderSettings, *, device: 
     return message
 
 
+def compile_report(outcome: ChildOutcome) -> list[dict]:
+    """The child's compilations, the longest first (ProgressLines.compile_report), or none."""
+    report = getattr(outcome.progress, "compile_report", None)
+    return report() if report is not None else []
+
+
 def _gib(nbytes: int) -> str:
     return f"{nbytes / 2**30:.2f} GiB"
 
@@ -88,7 +94,7 @@ def compile_cost_text(outcome: ChildOutcome) -> str:
     compilations), from its progress pipe: each kernel with its constexpr arguments (block
     sizes) and warps, how long by the parent's clock, and the memory the child reported. Empty
     when it compiled nothing."""
-    report = outcome.progress.compile_report() if outcome.progress is not None else []
+    report = compile_report(outcome)
     if not report:
         return ""
     open_ones = [entry for entry in report if entry.get("open")]
@@ -134,7 +140,7 @@ def timing_details(outcome: ChildOutcome) -> dict:
     call running, the machine's load and the costliest compilations (all measured by the
     parent)."""
     details: dict = {"compile_s": round(outcome.compile_s, 3)} if outcome.compile_s else {}
-    report = outcome.progress.compile_report() if outcome.progress is not None else []
+    report = compile_report(outcome)
     if report:
         details["compilations"] = report[:8]
     if outcome.cpu_s is not None:
@@ -161,8 +167,7 @@ def child_error(outcome: ChildOutcome, workdir: Path, settings: GraderSettings, 
         return GradingError(kind=ErrorKind.RESOURCE_LIMIT,
                             message=f"used more than {settings.memory_limit_bytes / 2**30:.3g} GiB of host memory{during}"
                                     + compile_cost_text(outcome),
-                            details={"compilations": outcome.progress.compile_report()[:8]}
-                            if outcome.progress is not None and outcome.progress.compile_report() else {})
+                            details={"compilations": compile_report(outcome)[:8]} if compile_report(outcome) else {})
     if outcome.output_exceeded:
         return GradingError(kind=ErrorKind.RESOURCE_LIMIT,
                             message=f"printed more than {settings.output_kill_bytes / 2**20:.3g} MiB of output{during}")

@@ -37,6 +37,7 @@ from grader.evidence import (
     call_context,
     call_level_error,
     child_error,
+    compile_report,
     read_done,
     read_evidence,
 )
@@ -595,7 +596,7 @@ def _checks_beside_isolated(plan: Plan, assignment: Assignment, source: str, rep
         "log": CapturedLog(**outcome.log.as_json()),
         "limits": _limits_with_compilation(outcome.limits, settings, device),
         "notes": list(dict.fromkeys(notes)),
-        "compilations": outcome.progress.compile_report()[:32] if outcome.progress is not None else [],
+        "compilations": compile_report(outcome)[:32],
     }
     return run
 
