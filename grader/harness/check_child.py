@@ -123,12 +123,13 @@ def compile_description(src, options) -> dict:
     fn = getattr(src, "fn", None)
     names = list(getattr(fn, "arg_names", []) or [])
     constants = {}
-    for key, value in list((getattr(src, "constants", None) or {}).items())[:32]:
+    # Short enough for one progress line (the parent reads 500 characters of each).
+    for key, value in list((getattr(src, "constants", None) or {}).items())[:12]:
         index = key[0] if isinstance(key, tuple) and len(key) == 1 and isinstance(key[0], int) else None
         if index is not None and index < len(names) and isinstance(value, (bool, int, float, str)):
-            constants[names[index]] = value
+            constants[str(names[index])[:32]] = value[:24] if isinstance(value, str) else value
     options = options if isinstance(options, dict) else {}
-    return {"kernel": str(getattr(src, "name", "?")), "constants": constants,
+    return {"kernel": str(getattr(src, "name", "?"))[:64], "constants": constants,
             "num_warps": options.get("num_warps"), "num_stages": options.get("num_stages")}
 
 
