@@ -4,8 +4,9 @@ The interpreter (``triton/runtime/interpreter.py``) stores a bf16 value as its 1
 NumPy ``uint16`` array (NumPy has no bfloat16) and applies NumPy's operators to those arrays
 as they are: ``a * b`` of two bf16 blocks multiplies the bit patterns as integers (0.75 x -1
 gave 3.7e19 in a probe: 0x3F40 * 0xBF80 mod 2^16), ``tl.sum`` adds them as integers,
-``tl.exp`` takes the exponential of the integer, a bf16 ``tl.dot`` multiplies integers, and a
-cast from fp32 to bf16 truncates where a GPU rounds to nearest even. A correct kernel that
+a bf16 ``tl.dot`` multiplies integers, a cast from fp32 to bf16 truncates where a GPU rounds
+to nearest even, and a bf16 constant (``x_bf16 * 2.0``) raises AttributeError (no
+``get_bf16`` in its builder). A correct kernel that
 does any of its arithmetic in bf16 (products rounded to the input dtype, as PyTorch's CUDA
 backward does) then fails on the CPU with garbage outputs.
 
@@ -112,6 +113,9 @@ def install() -> bool:
         return original_dot(self, widen(a), widen(b), d, input_precision, max_num_imprecise_acc)
 
     builder_class.create_dot = create_dot
+    if not hasattr(builder_class, "get_bf16"):  # a bf16 constant (``x_bf16 * 2.0`` keeps bf16)
+        builder_class.get_bf16 = lambda self, value: handle_class(
+            fp32_to_bf16_bits(np.array([value], dtype=np.float32)), bf16)
 
     if reduce_class is not None:
         original_sum = reduce_class.sum

@@ -35,12 +35,23 @@ SCRIPT = textwrap.dedent('''
         a = tl.load(a_ptr + i)
         b = tl.load(b_ptr + i)
         tl.store(prod_ptr + i, a * b)
-        tl.store(diff_ptr + i, a * b - a)
+        tl.store(diff_ptr + i, a * b - a * 0.5)  # 0.5: a bf16 constant
         tl.store(max_ptr + i, tl.maximum(a, b))
         tl.store(cast_ptr + i, (a.to(tl.float32) * 1.0001).to(cast_ptr.dtype.element_ty))
         tl.store(sum_ptr, tl.sum(a * b, axis=0))
         m = tl.reshape(a, (16, 16))
         tl.store(dot_ptr + tl.arange(0, 16)[:, None] * 16 + tl.arange(0, 16)[None, :], tl.dot(m, m))
+
+    @triton.jit
+    def product(a_ptr, b_ptr, prod_ptr, N: tl.constexpr):
+        i = tl.arange(0, N)
+        tl.store(prod_ptr + i, tl.load(a_ptr + i) * tl.load(b_ptr + i))
+
+    def probe():
+        a, b = torch.tensor([0.75, 2.0], dtype=torch.bfloat16), torch.tensor([-1.0, 0.5], dtype=torch.bfloat16)
+        out = torch.empty_like(a)
+        product[(1,)](a, b, out, N=2)
+        return {"probe": out[0].item(), "prod": torch.equal(out, a * b)}
 
     def run(dtype):
         torch.manual_seed(0)
@@ -51,13 +62,13 @@ SCRIPT = textwrap.dedent('''
         ops[(1,)](a, b, *outs, N=256)
         prod, diff, top, cast, total, dot = outs
         m = a.float().view(16, 16)
-        return {"probe": prod[0].item(), "prod": torch.equal(prod, a * b), "diff": torch.equal(diff, a * b - a),
+        return {"probe": prod[0].item(), "prod": torch.equal(prod, a * b), "diff": torch.equal(diff, a * b - a * 0.5),
                 "max": torch.equal(top, torch.maximum(a, b)),
                 "cast": torch.equal(cast, (a.float() * 1.0001).to(dtype)),
                 "sum_error": abs(total.item() - (a * b).double().sum().item()),
                 "dot_error": (dot.double() - (m @ m).double()).abs().max().item()}
 
-    results = {"before": run(torch.bfloat16)}
+    results = {"before": probe()}
     interpreter_bf16.install()
     results["bf16"] = run(torch.bfloat16)
     results["fp16"] = run(torch.float16)
