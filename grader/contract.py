@@ -292,6 +292,35 @@ class Placement(_Document):
     gpu: GpuIdentity | None = None
 
 
+class CompileCost(BaseModel):
+    """One Triton compilation of the check child (GPU; the CPU interpreter compiles nothing),
+    as the parent saw it on the child's progress pipe (grader/sandbox.py
+    ProgressLines.compile_report).
+
+    Attributes:
+        kernel: the @triton.jit function's name.
+        constants: its constexpr arguments by name (block sizes among them).
+        num_warps / num_stages: the compile options, when known.
+        seconds: wall time between the child's ``compiling`` and ``compiled`` lines, by the
+            parent's clock (so far, for one still open).
+        rss_bytes / peak_rss_bytes: the child's resident and peak resident memory when it
+            ended, as the child reported it (several compilations may run at once: the
+            process's figures, not this one's alone), bytes.
+        open: still compiling when the child ended.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    kernel: str
+    constants: dict[str, Any] = Field(default_factory=dict)
+    num_warps: int | None = None
+    num_stages: int | None = None
+    seconds: float = 0.0
+    rss_bytes: int = 0
+    peak_rss_bytes: int = 0
+    open: bool = False
+
+
 class ResultDocument(_Document):
     """The whole outcome of one ``grader check`` run (docs/architecture.md).
 
@@ -321,6 +350,8 @@ class ResultDocument(_Document):
     #: Things the student should know about how the run went that are not check verdicts
     #: (e.g. an autotuner narrowed to its first config under the CPU interpreter).
     notes: list[str] = Field(default_factory=list)
+    #: The check child's Triton compilations, the longest first (GPU runs; at most 32).
+    compilations: list[CompileCost] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _consistent(self) -> ResultDocument:

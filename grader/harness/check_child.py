@@ -59,7 +59,8 @@ import time
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # python -I leaves the script's folder out
-import protocol  # noqa: E402  (the harness's sibling files)
+import interpreter_bf16  # noqa: E402  (the harness's sibling files)
+import protocol  # noqa: E402
 from launches import LaunchRecorder, as_bytes, fresh_buffers, returned_tensors  # noqa: E402
 
 # Rebind what this harness needs before any student code can patch the modules it comes from.
@@ -98,6 +99,106 @@ def report_compilations(progress: Progress) -> None:
             progress.write("compile end")
 
     jit.JITFunction._do_compile = timed_compile
+
+
+def _memory_bytes() -> tuple[int, int]:
+    """(resident, peak resident) bytes of this process (Linux ``/proc/self/status`` VmRSS and
+    VmHWM; zeros where it cannot be read)."""
+    found = {"VmRSS:": 0, "VmHWM:": 0}
+    try:
+        with _open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                fields = line.split()  # "VmRSS:\t  2076 kB"
+                if fields and fields[0] in found:
+                    found[fields[0]] = int(fields[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return found["VmRSS:"], found["VmHWM:"]
+
+
+def compile_description(src, options) -> dict:
+    """What a compilation is of, for its ``compiling`` progress line (``protocol.CompileMark``):
+    the kernel's name, its constexpr arguments by name (block sizes among them), ``num_warps``
+    and ``num_stages``."""
+    fn = getattr(src, "fn", None)
+    names = list(getattr(fn, "arg_names", []) or [])
+    constants = {}
+    # Short enough for one progress line (the parent reads 500 characters of each).
+    for key, value in list((getattr(src, "constants", None) or {}).items())[:12]:
+        index = key[0] if isinstance(key, tuple) and len(key) == 1 and isinstance(key[0], int) else None
+        if index is not None and index < len(names) and isinstance(value, (bool, int, float, str)):
+            constants[str(names[index])[:32]] = value[:24] if isinstance(value, str) else value
+    options = options if isinstance(options, dict) else {}
+    return {"kernel": str(getattr(src, "name", "?"))[:64], "constants": constants,
+            "num_warps": options.get("num_warps"), "num_stages": options.get("num_stages")}
+
+
+def report_each_compilation(progress: Progress) -> None:
+    """Say on the progress pipe what each Triton compilation is and what it cost: ``compiling
+    <n> {kernel, constants, num_warps, num_stages}`` before, ``compiled <n> {kernel, rss_bytes,
+    peak_rss_bytes}`` after (``protocol.CompileMark``), by wrapping ``triton.compiler.compile``
+    (Triton 3.6: ``JITFunction.create_binder`` binds it, so every compilation of a launch, of an
+    autotuner and of the compile-only pass's worker threads goes through it). The parent times
+    each one by its own clock between the two lines, and on a limit names what was compiling
+    (grader/sandbox.py ProgressLines.compilations)."""
+    try:
+        import triton.compiler as compiler
+    except ImportError:  # pragma: no cover - no Triton
+        return
+    original = getattr(compiler, "compile", None)
+    if original is None:  # pragma: no cover - another Triton version
+        return
+    counter = iter(range(1, 1 << 62))
+
+    def compile_reported(src, *args, __original=original, **kwargs):
+        number = next(counter)
+        try:
+            described = _json_dumps(compile_description(src, kwargs.get("options")), default=str)
+        except Exception:  # noqa: BLE001 - a description is a diagnostic, never a failure
+            described = "{}"
+        progress.write(f"compiling {number} {described}")
+        try:
+            return __original(src, *args, **kwargs)
+        finally:
+            rss, peak = _memory_bytes()
+            progress.write(f"compiled {number} " + _json_dumps({"rss_bytes": rss, "peak_rss_bytes": peak}))
+
+    compiler.compile = compile_reported
+
+
+class MemoryGatedExecutor:
+    """A thread pool for the compile-only pass that starts a compilation only while this
+    process's resident memory is below ``budget_bytes`` (or none is running): a whole-row block
+    of 262,144 elements takes LLVM and ptxas gigabytes, and six of them at once passed the 8 GiB
+    limit on the H200 (issue 22). 0: no gate. Only ``submit`` and ``shutdown`` (what Triton's
+    ``AsyncCompileMode`` and the pass use)."""
+
+    def __init__(self, threads: int, budget_bytes: int) -> None:
+        import threading
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="precompile")
+        self.budget = budget_bytes
+        self.running = 0
+        self.condition = threading.Condition()
+
+    def submit(self, fn, *args, **kwargs):
+        def gated():
+            with self.condition:
+                while self.budget and self.running and _memory_bytes()[0] > self.budget:
+                    self.condition.wait(0.05)
+                self.running += 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                with self.condition:
+                    self.running -= 1
+                    self.condition.notify_all()
+
+        return self.pool.submit(gated)
+
+    def shutdown(self, wait: bool = True) -> None:
+        self.pool.shutdown(wait=wait)
 
 
 def narrow_autotuners_for_interpreter(narrowed: dict) -> None:
@@ -251,7 +352,11 @@ class Child:
         """Import the module; False (done.json written) when it raised or lacks the function."""
         self.recorder.install()
         report_compilations(self.progress)
+        if not self.recorder.interpret:
+            report_each_compilation(self.progress)
         narrow_autotuners_for_interpreter(self.narrowed)
+        if self.recorder.interpret:
+            interpreter_bf16.install()  # bf16 arithmetic through fp32, as a GPU rounds it
         self.progress.write("import")
         sys.path.insert(0, self.workdir)
         try:
@@ -365,7 +470,8 @@ class Child:
         launches, torch_ops = kept
         recording, kernels = self.recorder.describe(call.id, launches, torch_ops, args=args, kwargs=kwargs,
                                                     output=result, current_stream=self.current_stream())
-        replay = {"launches": len(launches), "torch_ops": list(torch_ops), "side_streams": recording["side_streams"]}
+        replay = {"launches": len(launches), "torch_ops": recording["torch_ops"], "side_streams": recording["side_streams"],
+                  "layout_copies": len(recording["layout_copies"])}
         report["replay"] = replay
         if recording["not_replayable"]:
             replay.update(status="not_replayable", message=recording["not_replayable"])
@@ -523,8 +629,6 @@ class Child:
             from triton.runtime.autotuner import Autotuner
         except ImportError:  # pragma: no cover - another Triton version: compile at first launch
             return True
-        from concurrent.futures import ThreadPoolExecutor
-
         trials = self.precompile_trials()
         if not trials:
             return True
@@ -555,7 +659,7 @@ class Child:
             tuner.nargs = None
             return None
 
-        executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="precompile")
+        executor = MemoryGatedExecutor(threads, self.plan.compile_memory_bytes)
         usable = True
         try:
             jit.JITFunction.run, Autotuner.run = compile_only, compile_configs
@@ -623,7 +727,7 @@ class Child:
                                                             current_stream=self.current_stream())
                 self.recordings.append(recording)
                 self.kernels.update(kernels)
-                entry.update(launches=len(kept[0]), torch_ops=list(kept[1]), not_replayable=recording["not_replayable"])
+                entry.update(launches=len(kept[0]), torch_ops=recording["torch_ops"], not_replayable=recording["not_replayable"])
             else:
                 entry["error"] = (report.get("exception") or {}).get("message", report["status"])
             rows.append(entry)

@@ -14,7 +14,9 @@ the one place every Triton launch passes:
 
 Every launch is counted. While a call is being recorded (``recording()``), each launch is kept
 with its kernel, grid and arguments, and a ``TorchDispatchMode`` notes the PyTorch operators
-the call runs on the device outside Triton launches. ``describe`` then turns the kept launches
+the call runs on the device outside Triton launches, and the layout copies of its inputs
+(``contiguous``, ``clone``, ``to(memory_format=...)``, ``copy_`` into fresh memory) made before
+its first launch: those the replay redoes on its own inputs (``redo_layout_copies``). ``describe`` then turns the kept launches
 into a ``protocol.CallRecording``: every pointer argument becomes an offset into a named
 buffer (a tensor argument's storage ``arg<i>``/``kwarg_<name>``, the returned tensor's storage
 ``out``, or ``scratch<j>`` for memory the wrapper allocated), every other argument its value.
@@ -58,6 +60,42 @@ def _storage_of(value) -> tuple[int, int] | None:
         return None
 
 
+#: Operators that copy a tensor into new memory of another layout, same dtype and device:
+#: ``contiguous()``/``clone()``/``reshape`` of a view that cannot be viewed (``clone``),
+#: ``to(memory_format=...)`` (``_to_copy``), ``empty_like(x).copy_(x)`` (``copy_``).
+LAYOUT_COPY_OPS = frozenset({"clone", "_to_copy", "copy_"})
+#: Most layout copies one recorded call may have redone by the replay.
+MAX_LAYOUT_COPIES = 16
+
+
+def _view_of(tensor) -> dict:
+    """A tensor's place in its storage: element offset, size and stride (``protocol.TensorView``)."""
+    return {"offset": int(tensor.storage_offset()), "size": list(tensor.shape), "stride": list(tensor.stride())}
+
+
+def layout_copy(name: str, args: tuple, kwargs: dict, result) -> tuple | None:
+    """(source, target) tensors of a pure layout copy (the same values, dtype and device, in
+    another memory), or None when the operator is no such copy (a dtype or device change, say)."""
+    if name == "copy_" and len(args) >= 2:
+        target, source = args[0], args[1]
+    elif name in ("clone", "_to_copy") and args:
+        source, target = args[0], result
+        if name == "_to_copy" and any(kwargs.get(key) not in (None, getattr(source, key, None))
+                                      for key in ("dtype", "device")):
+            return None
+        if name == "_to_copy" and kwargs.get("layout") not in (None, torch.strided):
+            return None
+    else:
+        return None
+    if not (isinstance(source, torch.Tensor) and isinstance(target, torch.Tensor)):
+        return None
+    if source.dtype != target.dtype or source.device != target.device or source.layout != torch.strided:
+        return None
+    if type(source) is not torch.Tensor or type(target) is not torch.Tensor:
+        return None  # a subclass could compute in its own copy
+    return source, target
+
+
 #: Operators that fill memory with one value (the value: an argument, or fixed).
 _FILLS = {"zero_": 0.0, "zeros": 0.0, "zeros_like": 0.0, "new_zeros": 0.0, "ones": 1.0, "ones_like": 1.0,
           "new_ones": 1.0, "fill_": None, "full": None, "full_like": None, "new_full": None}
@@ -77,6 +115,9 @@ class _TorchOps(TorchDispatchMode):
         if self.recorder.in_launch:
             return result
         name = func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else str(func)
+        if name in LAYOUT_COPY_OPS:
+            self._note_copy(name, args, kwargs or {}, result)
+            return result
         if name not in ALLOWED_TORCH_OPS and name not in self.seen and len(self.seen) < 64:
             self.seen.append(name)
         if name in _FILLS and isinstance(result, torch.Tensor):
@@ -90,6 +131,22 @@ class _TorchOps(TorchDispatchMode):
             if found is not None and value is not None:
                 self.recorder.fills[found[0]] = (value, str(result.dtype).replace("torch.", ""))
         return result
+
+    def _note_copy(self, name: str, args: tuple, kwargs: dict, result) -> None:
+        """Keep a layout copy for ``describe``, which decides whether the replay redoes it (an
+        input copied before the first launch) or names it as work outside Triton."""
+        pair = layout_copy(name, args, kwargs, result)
+        source = _storage_of(pair[0]) if pair else None
+        target = _storage_of(pair[1]) if pair else None
+        if pair is None or source is None or target is None:
+            if name not in self.seen and len(self.seen) < 64:
+                self.seen.append(name)
+            return
+        self.recorder.copies.append({
+            "op": name, "source_base": source[0], "target_base": target[0], "target_nbytes": target[1],
+            "dtype": str(pair[0].dtype).replace("torch.", ""), "source": _view_of(pair[0]),
+            "target": _view_of(pair[1]), "after_launches": len(self.recorder._active or ()),
+        })
 
 
 class LaunchRecorder:
@@ -109,6 +166,8 @@ class LaunchRecorder:
         self._active: list[dict] | None = None
         self._pending_grid: list | None = None
         self.fills: dict[int, tuple[float, str]] = {}
+        #: layout copies seen in the call being recorded (``_TorchOps._note_copy``), in order.
+        self.copies: list[dict] = []
         self.original_interpreted_run = None
 
     # ---- hooks -------------------------------------------------------------------------
@@ -208,6 +267,7 @@ class LaunchRecorder:
         launches: list[dict] = []
         self._active = launches
         self.fills = {}
+        self.copies = []
         ops = _TorchOps(self)
         try:
             with ops:
@@ -257,6 +317,34 @@ class LaunchRecorder:
                             "stride": list(tensor.stride()), "offset": int(tensor.storage_offset()),
                             "dtype": str(tensor.dtype).replace("torch.", "")})
         scratch = 0
+        copies: list[dict] = []
+        torch_ops = list(torch_ops)
+        for copy in self.copies:
+            source = by_base.get(copy["source_base"])
+            target = by_base.get(copy["target_base"])
+            copied = {c["target"] for c in copies}
+            if copy["after_launches"]:
+                why = "after a launch"
+            elif source is None or not (source.startswith(("arg", "kwarg_")) or source in copied):
+                why = "of memory that is not an input"
+            elif target is not None and target not in copied:
+                why = "into an input" if target.startswith(("arg", "kwarg_")) else "into the returned tensor"
+            elif len(copies) >= MAX_LAYOUT_COPIES:
+                why = f"more than {MAX_LAYOUT_COPIES} copies"
+            else:
+                why = None
+            if why is not None:
+                label = f"{copy['op']} ({why})"
+                if label not in torch_ops and len(torch_ops) < 64:
+                    torch_ops.append(label)
+                continue
+            if target is None:
+                target = f"scratch{scratch}"
+                scratch += 1
+                by_base[copy["target_base"]] = target
+                buffers[target] = {"name": target, "nbytes": copy["target_nbytes"]}
+            copies.append({"op": copy["op"], "source": source, "target": target, "dtype": copy["dtype"],
+                           "source_view": copy["source"], "target_view": copy["target"]})
         kernels: dict[str, tuple[dict, bytes]] = {}
         recorded = []
         side_streams = 0
@@ -311,7 +399,8 @@ class LaunchRecorder:
             "output": layouts[0] if layouts else None,
             "more_outputs": layouts[1:],
             "launches": recorded,
-            "torch_ops": list(torch_ops),
+            "layout_copies": copies,
+            "torch_ops": torch_ops,
             "side_streams": side_streams,
             "not_replayable": "; ".join(dict.fromkeys(problems)) or None,
         }
@@ -332,6 +421,7 @@ class LaunchRecorder:
             whatever the launches raise.
         """
         run = self.original_interpreted_run
+        redo_layout_copies(recording, fresh)
         for launch, described in zip(launches, recording["launches"]):
             values = [*launch["args"], *(launch.get("kwargs") or {}).values()]
             replaced = []
@@ -370,6 +460,41 @@ def output_views(recording: dict, fresh: dict[str, torch.Tensor]) -> list:
     gives None in its place)."""
     layouts = [] if recording.get("output") is None else [recording["output"], *(recording.get("more_outputs") or [])]
     return [output_view(layout, fresh) for layout in layouts]
+
+
+def buffer_view(raw: torch.Tensor, dtype: torch.dtype, view: dict) -> torch.Tensor:
+    """A strided view (``protocol.TensorView``: element offset, size, stride) of ``dtype``
+    elements of the uint8 buffer ``raw``.
+
+    Raises:
+        RuntimeError: the view does not fit in the buffer.
+    """
+    return torch.empty(0, dtype=dtype, device=raw.device).set_(
+        raw.untyped_storage(), view["offset"], tuple(view["size"]), tuple(view["stride"]))
+
+
+def layout_copy_views(recording: dict, fresh: dict[str, torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The (target, source) views of the layout copies of a recorded call's inputs made before
+    its first launch (``protocol.LayoutCopy``: ``contiguous()``, ``clone()``,
+    ``to(memory_format=...)``, ``copy_`` into new memory), in the replay's buffers ``fresh``.
+    ``target.copy_(source)`` for each, in order, redoes them on the replay's inputs: data
+    movement only (the same dtype on both sides), never the call's arithmetic.
+
+    Raises:
+        RuntimeError: a view does not fit in its buffer (the parent validated that it does).
+    """
+    pairs = []
+    for copy in recording.get("layout_copies") or ():
+        dtype = getattr(torch, copy["dtype"])
+        pairs.append((buffer_view(fresh[copy["target"]], dtype, copy["target_view"]),
+                      buffer_view(fresh[copy["source"]], dtype, copy["source_view"])))
+    return pairs
+
+
+def redo_layout_copies(recording: dict, fresh: dict[str, torch.Tensor]) -> None:
+    """Redo a recorded call's layout copies (``layout_copy_views``) on the replay's buffers."""
+    for target, source in layout_copy_views(recording, fresh):
+        target.copy_(source)
 
 
 def output_view(layout: dict | None, fresh: dict[str, torch.Tensor]):

@@ -190,6 +190,8 @@ class CheckPlan(_Model):
     ``precompile_threads``: threads for the compile-only pass over the planned calls before
     the checks (GPU only; 0: no such pass, each specialisation compiles at its first launch).
     ``outputs``: how many tensors a call returns (1: a tensor; more: a tuple of that many).
+    ``compile_memory_bytes``: the pass starts a compilation only while the child's resident
+    memory is below this (one always may run; 0: no gate).
     """
 
     function: str
@@ -200,6 +202,7 @@ class CheckPlan(_Model):
     outputs: int = Field(1, ge=1, le=8)
     benchmark_rows: list[BenchmarkRowSpec] = Field(default_factory=list)
     precompile_threads: int = Field(0, ge=0, le=64)
+    compile_memory_bytes: int = Field(0, ge=0)
 
 
 # ---- child -> parent (hostile) -----------------------------------------------------------
@@ -229,7 +232,8 @@ class ReplayReport(_Model):
 
     ``status``: ``replayed`` (CPU interpreter: the launches ran again on the replay inputs and
     the output was saved), ``recorded`` (GPU: written for the trusted replay process),
-    ``not_replayable`` or ``raised`` (``message`` says why).
+    ``not_replayable`` or ``raised`` (``message`` says why). ``layout_copies``: copies of
+    inputs the replay redid before the launches (``LayoutCopy``).
     """
 
     status: Literal["replayed", "recorded", "not_replayable", "raised"]
@@ -237,6 +241,7 @@ class ReplayReport(_Model):
     launches: int = Field(0, ge=0)
     torch_ops: list[Name] = Field(default_factory=list, max_length=64)
     side_streams: int = Field(0, ge=0)
+    layout_copies: int = Field(0, ge=0)
 
 
 class CallReport(_Model):
@@ -264,6 +269,20 @@ class StepReport(_Model):
 
     check: Name = ""
     calls: list[Any] = Field(default_factory=list)  # each validated on its own (CallReport)
+
+
+class CompileMark(_Model):
+    """The JSON of a ``compiling <n> {...}`` or ``compiled <n> {...}`` progress line: which
+    kernel a Triton compilation is of (its name, constexpr arguments such as block sizes,
+    ``num_warps``, ``num_stages``), and after it the child's resident and peak resident memory.
+    Hostile like every child report: a diagnostic for the report, never evidence."""
+
+    kernel: Name = "?"
+    constants: dict[Name, int | float | bool | Name] = Field(default_factory=dict, max_length=32)
+    num_warps: int | None = None
+    num_stages: int | None = None
+    rss_bytes: int = Field(0, ge=0)
+    peak_rss_bytes: int = Field(0, ge=0)
 
 
 class DoneReport(_Model):
@@ -480,6 +499,55 @@ class OutputLayout(_Model):
     dtype: Literal["float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"]
 
 
+class TensorView(_Model):
+    """A strided view of a buffer's elements: element offset, size and stride (torch.as_strided)."""
+
+    offset: int = Field(0, ge=0, le=MAX_BUFFER_BYTES)
+    size: list[Annotated[int, Field(ge=0, le=MAX_BUFFER_BYTES)]] = Field(max_length=8)
+    stride: list[Annotated[int, Field(ge=0, le=MAX_BUFFER_BYTES)]] = Field(max_length=8)
+
+    @model_validator(mode="after")
+    def _ranks_agree(self) -> TensorView:
+        if len(self.size) != len(self.stride):
+            raise ValueError("a view's size and stride differ in length")
+        return self
+
+    def end(self) -> int:
+        """One past the last element the view reaches (its offset for an empty view)."""
+        if any(n == 0 for n in self.size):
+            return self.offset
+        return self.offset + sum((n - 1) * s for n, s in zip(self.size, self.stride)) + 1
+
+
+#: Element sizes of the dtypes a layout copy may move, bytes.
+_ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "int16": 2, "int32": 4,
+                  "int64": 8, "uint8": 1, "bool": 1}
+
+
+class LayoutCopy(_Model):
+    """A layout copy of an input the wrapper made before its first launch (``contiguous()``,
+    ``clone()``, ``to(memory_format=...)``, ``copy_`` into new memory; ``op`` names it): the
+    replay redoes it on its own inputs, moving ``source_view`` of ``source`` (an input buffer,
+    or the target of an earlier copy) into ``target_view`` of ``target`` (a scratch buffer),
+    elements of ``dtype`` on both sides. Data movement only: no dtype change, no arithmetic."""
+
+    op: Literal["clone", "_to_copy", "copy_"]
+    source: str
+    target: str
+    dtype: Literal["float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"]
+    source_view: TensorView
+    target_view: TensorView
+
+    @model_validator(mode="after")
+    def _shapes(self) -> LayoutCopy:
+        if not _BUFFER.match(self.source) or not self.target.startswith("scratch") or not _BUFFER.match(self.target):
+            raise ValueError("a layout copy goes from an input or copy buffer into a scratch buffer")
+        if len(self.source_view.size) > len(self.target_view.size) or any(
+                s not in (1, t) for s, t in zip(reversed(self.source_view.size), reversed(self.target_view.size))):
+            raise ValueError("a layout copy's source does not broadcast to its target")
+        return self
+
+
 class CallRecording(_Model):
     """The Triton launches of one call, and what else the call did on the device.
 
@@ -495,6 +563,9 @@ class CallRecording(_Model):
         side_streams: launches issued on a stream other than the caller's current stream.
         not_replayable: why the call cannot be replayed (a pointer to memory the grader cannot
             account for, a tensor-descriptor argument, ...), or None.
+        layout_copies: the layout copies of inputs made before the first launch, in order,
+            which the replay redoes before the launches (layout operations, not the call's
+            arithmetic); any other copy is named in ``torch_ops``.
     """
 
     call_id: Name
@@ -505,6 +576,7 @@ class CallRecording(_Model):
     torch_ops: list[Name] = Field(default_factory=list, max_length=64)
     side_streams: int = Field(0, ge=0)
     not_replayable: Message | None = None
+    layout_copies: list[LayoutCopy] = Field(default_factory=list, max_length=16)
 
     @model_validator(mode="after")
     def _pointers_name_buffers(self) -> CallRecording:
@@ -515,6 +587,17 @@ class CallRecording(_Model):
         if self.more_outputs and self.output is None:
             raise ValueError("further outputs without a first one")
         sizes = {b.name: b.nbytes for b in self.buffers}
+        copied: set[str] = set()
+        for copy in self.layout_copies:
+            if copy.source not in names or copy.target not in names:
+                raise ValueError("a layout copy names a buffer that is not recorded")
+            if not (copy.source.startswith(("arg", "kwarg_")) or copy.source in copied):
+                raise ValueError("a layout copy's source is neither an input nor an earlier copy")
+            element = _ELEMENT_BYTES[copy.dtype]
+            for buffer, view in ((copy.source, copy.source_view), (copy.target, copy.target_view)):
+                if view.end() * element > sizes[buffer]:
+                    raise ValueError("a layout copy's view reaches outside its buffer")
+            copied.add(copy.target)
         for launch in self.launches:
             for arg in launch.args:
                 if isinstance(arg, PointerArg) and (arg.buffer not in names or arg.offset_bytes > sizes[arg.buffer]):

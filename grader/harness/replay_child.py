@@ -55,7 +55,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # python -I leaves the script's folder out
 import protocol  # noqa: E402
 from cuda_driver import CudaDriver, pack_parameters  # noqa: E402
-from launches import fresh_buffers, output_views  # noqa: E402
+from launches import fresh_buffers, layout_copy_views, output_views  # noqa: E402
 from timing import DTYPES, PersistingL2, Timer, _sync, gpu_info, versions  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -106,7 +106,9 @@ class Sequence:
     """A recorded call's launches bound to one set of buffers: packed once, launched on demand.
 
     Before the launches, buffers the wrapper filled (zeros for an accumulator...) are filled
-    again, as the wrapper did on every call; Triton's global scratch is allocated once per set.
+    again, and the layout copies it made of its inputs (``contiguous()``...) are made again
+    from the current inputs, as the wrapper did on every call (so a timed call pays for them);
+    Triton's global scratch is allocated once per set.
     """
 
     def __init__(self, recording: protocol.CallRecording, buffers: dict[str, torch.Tensor], kernels: Kernels) -> None:
@@ -117,6 +119,7 @@ class Sequence:
                 element = torch.empty(0, dtype=dtype).element_size()
                 raw = buffers[record.name]
                 self.fills.append((raw[: raw.numel() - raw.numel() % element].view(dtype), record.fill))
+        self.copies = layout_copy_views(recording.model_dump(), buffers)
         self.launches = []
         # The buffers (their addresses are packed below), Triton's scratch and the packed
         # parameters stay alive as long as the sequence: a freed buffer's memory would be
@@ -149,6 +152,8 @@ class Sequence:
         stream = torch.cuda.current_stream().cuda_stream
         for view, value in self.fills:
             view.fill_(value)
+        for target, source in self.copies:
+            target.copy_(source)
         for kernel, grid, parameters in self.launches:
             self.driver.launch(kernel, grid, parameters, stream)
 

@@ -377,7 +377,12 @@ def test_stdout_flood_is_cut_and_capped(hostile):
 def test_infinite_loop_times_out_naming_the_call(hostile):
     document = hostile.result("infinite_loop.py")
     assert "example_two_element/0" in document["error"]["message"], summary(document)
-    assert document["duration_s"] < 20 + 60, document["duration_s"]
+    # Stopped by its CPU-time limit (20 s, sampled once a second), whatever the load made of
+    # the wall time; the message says so, and how long the call ran in CPU and wall seconds.
+    details = document["error"]["details"]
+    assert details["clock"] == "cpu" and 20 <= details["cpu_s"] < 20 + 3, details
+    assert "of CPU time" in document["error"]["message"] and "s of wall time" in document["error"]["message"]
+    assert details["running"]["line"] == "call example_two_element/0" and details["load"]["cores"] >= 1, details
 
 
 def test_memory_bomb_is_stopped(hostile):

@@ -188,7 +188,9 @@ def test_compile_budget_in_a_real_sandboxed_child(mode, timed_out, low, high, tm
     workdir = tmp_path / "work"
     workdir.mkdir()
     outcome = sandbox.run_sandboxed(harness=harness_dir / "fake_child.py", workdir=workdir, device="cpu",
-                                    settings=GraderSettings(sandbox="bwrap", child_timeout_s=3.0), args=[mode],
+                                    # A wall-clock limit (the ceiling at 1x): these children sleep.
+                                    settings=GraderSettings(sandbox="bwrap", child_timeout_s=3.0,
+                                                            cpu_wall_ceiling_factor=1.0), args=[mode],
                                     progress=True, compile_budget_s=4.0)
     assert outcome.timed_out is timed_out, outcome
     assert low <= outcome.duration_s <= high, outcome.duration_s
@@ -305,3 +307,124 @@ def test_a_grader_started_ahead_without_a_job_ends_quietly_and_a_bad_job_is_ours
     assert list(tmp_path.iterdir()) == [], "the check child it started ahead is ended and its folder removed"
     malformed = _check_with_job_on_stdin('{"source": "x.py"}\n')
     assert malformed.returncode == ExitCode.INFRASTRUCTURE and "no job read from stdin" in malformed.stderr
+
+
+_CPU_HARNESS = """
+import os, sys, time
+fd = int(sys.argv[-1])
+os.write(fd, b"import\\n")
+mode, seconds = sys.argv[1], float(sys.argv[2])
+os.write(fd, b"call work/0\\n")
+if mode == "sleep":
+    time.sleep(seconds)
+else:
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+os.write(fd, b"done\\n")
+"""
+
+
+def _cpu_child(tmp_path, mode: str, seconds: float, *, limit_s: float, factor: float = 2.0, cores=None):
+    """Run the CPU harness in the sandbox on device cpu (CPU-time limit), optionally pinned to
+    ``cores`` (the child inherits the affinity of the thread that starts it)."""
+    harness_dir = tmp_path / "harness"
+    harness_dir.mkdir(exist_ok=True)
+    (harness_dir / "cpu_child.py").write_text(_CPU_HARNESS)
+    workdir = tmp_path / f"work-{len(list(tmp_path.glob('work-*')))}"
+    workdir.mkdir()
+    before = os.sched_getaffinity(0)
+    if cores is not None:
+        os.sched_setaffinity(0, cores)
+    try:
+        return sandbox.run_sandboxed(
+            harness=harness_dir / "cpu_child.py", workdir=workdir, device="cpu", args=[mode, str(seconds)],
+            settings=GraderSettings(sandbox="bwrap", child_timeout_s=limit_s, cpu_wall_ceiling_factor=factor),
+            progress=True)
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+@requires_bwrap
+def test_a_cpu_run_is_stopped_at_its_cpu_limit_naming_the_call(tmp_path):
+    outcome = _cpu_child(tmp_path, "spin", 60, limit_s=2.0)
+    assert outcome.timed_out and outcome.timeout_clock == "cpu", outcome
+    assert 2.0 <= outcome.cpu_s <= 3.5, outcome.cpu_s  # sampled once a second
+    assert outcome.limits["clock"] == "cpu" and outcome.limits["cpu_s"] == 2.0 and outcome.limits["wall_s"] == 4.0
+    assert outcome.running["line"] == "call work/0" and 0 < outcome.running["cpu_s"] <= outcome.cpu_s
+    assert outcome.running["wall_s"] >= outcome.running["cpu_s"] * 0.9
+    assert set(outcome.load) == {"load_1min", "cores", "child_cpu_share", "loaded"}
+
+
+@requires_bwrap
+def test_a_cpu_run_that_sleeps_ends_at_the_wall_clock_ceiling(tmp_path):
+    outcome = _cpu_child(tmp_path, "sleep", 60, limit_s=1.5)
+    assert outcome.timed_out and outcome.timeout_clock == "wall", outcome
+    assert 3.0 <= outcome.duration_s <= 6.0, outcome.duration_s  # 2 x 1.5 s; a sleeper does not wait for a CPU
+    assert outcome.cpu_s < 1.0, outcome.cpu_s
+
+
+@requires_bwrap
+def test_a_cpu_run_gets_the_same_verdict_on_a_loaded_core(tmp_path):
+    """1.5 s of CPU work under a 2.5 s CPU limit finishes, alone or sharing one core with two
+    busy processes (a third of the core: over 4 s of wall time, past the limit and past the
+    ceiling's 5 s had the ceiling counted run-queue time); 4 s of work is stopped either way."""
+    spin = "import time\nend = time.monotonic() + 40\nwhile time.monotonic() < end: pass\n"
+    core = {sorted(os.sched_getaffinity(0))[0]}
+    alone = _cpu_child(tmp_path, "spin", 1.5, limit_s=2.5, cores=core)
+    hogs = [subprocess.Popen([sys.executable, "-c", spin], preexec_fn=lambda: os.sched_setaffinity(0, core))  # noqa: PLW1509
+            for _ in range(2)]
+    try:
+        time.sleep(0.5)
+        loaded = _cpu_child(tmp_path, "spin", 1.5, limit_s=2.5, cores=core)
+        over = _cpu_child(tmp_path, "spin", 4.0, limit_s=2.5, cores=core)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert not alone.timed_out and alone.progress.done, alone
+    assert not loaded.timed_out and loaded.progress.done, loaded
+    assert loaded.duration_s > 2.5, "the core was not shared: the test shows nothing"
+    assert loaded.load["child_cpu_share"] < 0.6, loaded.load
+    assert over.timed_out and over.timeout_clock == "cpu", over
+
+
+def test_compile_threads_scale_with_the_cores_and_the_memory_limit(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    threads = runner.precompile_threads
+    assert threads(GraderSettings(precompile_threads=8, memory_limit_bytes=8 << 30)) == 4  # 2 GiB each
+    assert threads(GraderSettings(precompile_threads=8, memory_limit_bytes=1 << 30)) == 1  # never 0 by memory
+    assert threads(GraderSettings(precompile_threads=8, memory_limit_bytes=64 << 30)) == 8
+    assert threads(GraderSettings(precompile_threads=0)) == 0  # the pass is off
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert threads(GraderSettings(precompile_threads=8, memory_limit_bytes=64 << 30)) == 2
+
+
+_COMPILE_BOMB = """
+import os, sys, time
+fd = int(sys.argv[-1])
+mark = '{"kernel": "_row_kernel", "constants": {"BLOCK_SIZE": 262144}, "num_warps": 16}'
+os.write(fd, ("import\\nprecompile\\ncompile begin\\ncompiling 1 " + mark + "\\n").encode())
+time.sleep(1.0)
+held = [bytearray(64 << 20) for _ in range(64)]  # 4 GiB, as LLVM on a huge block might
+time.sleep(60)
+"""
+
+
+@requires_bwrap
+def test_a_memory_limit_hit_while_compiling_names_the_kernel_its_block_and_the_cost(tmp_path):
+    harness_dir = tmp_path / "harness"
+    harness_dir.mkdir()
+    (harness_dir / "bomb.py").write_text(_COMPILE_BOMB)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    settings = GraderSettings(sandbox="bwrap", child_timeout_s=60.0, memory_limit_bytes=512 << 20)
+    outcome = sandbox.run_sandboxed(harness=harness_dir / "bomb.py", workdir=workdir, device="cpu", args=[],
+                                    settings=settings, progress=True, compile_budget_s=30.0)
+    assert outcome.memory_exceeded, outcome
+    error = evidence.child_error(outcome, workdir, settings, device="cuda")
+    assert error.kind is ErrorKind.RESOURCE_LIMIT  # the submission's error, not a crash
+    assert "during the compile-only pass" in error.message, error.message
+    assert "compiling then: _row_kernel (BLOCK_SIZE=262144, num_warps=16) for " in error.message, error.message
+    (entry,) = error.details["compilations"]
+    assert entry["open"] and entry["seconds"] >= 0.9, entry
