@@ -24,10 +24,11 @@ from pathlib import Path
 
 import torch
 from pydantic import ValidationError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from grader.assignments.protocol import Assignment
-from grader.harness.protocol import MAX_CUBIN_BYTES, CallRecording, Recording
+from grader.child_files import CUBIN, RECORDING, RESULT, ChildFileRejected, ChildFolder, read_capped
+from grader.harness.protocol import CallRecording, Recording
 from grader.plan import CallEvidence, Plan
 from grader.sandbox import run_sandboxed, stage_harness
 from grader.settings import GraderSettings
@@ -63,24 +64,23 @@ def load_recording(folder: Path) -> Recording:
 
     Raises:
         RecordingRejected: missing, malformed, over a limit, or a cubin that does not match.
+        ChildFileRejected: a file of it, or the folder, is a link, a FIFO, a device, ... or
+            over its cap (grader/child_files.py).
     """
-    path = folder / "recording.json"
+    files = ChildFolder(folder.parent)
+    raw = files.read(f"{folder.name}/recording.json", RECORDING)
+    if raw is None:
+        raise RecordingRejected("no recording: the child wrote none")
     try:
-        recording = Recording.model_validate_json(path.read_bytes())
-    except OSError as exc:
-        raise RecordingRejected(f"no recording: {exc.strerror}") from None
+        recording = Recording.model_validate_json(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
         raise RecordingRejected(f"the recording is malformed: {first['msg']} at {first['loc']}") from None
     for kernel in recording.kernels:
-        cubin_path = folder / f"kernel_{kernel.id}.cubin"
-        try:
-            if cubin_path.is_symlink() or cubin_path.stat().st_size > MAX_CUBIN_BYTES:
-                raise RecordingRejected(f"kernel {kernel.name}: its cubin is a link or over {MAX_CUBIN_BYTES} bytes")
-            digest = hashlib.sha256(cubin_path.read_bytes()).hexdigest()
-        except OSError:
-            raise RecordingRejected(f"kernel {kernel.name}: its cubin is missing") from None
-        if digest != kernel.id:
+        cubin = files.read(f"{folder.name}/kernel_{kernel.id}.cubin", CUBIN)
+        if cubin is None:
+            raise RecordingRejected(f"kernel {kernel.name}: its cubin is missing")
+        if hashlib.sha256(cubin).hexdigest() != kernel.id:
             raise RecordingRejected(f"kernel {kernel.name}: the cubin does not match its recorded sha256")
     return recording
 
@@ -136,12 +136,16 @@ class ReplayProcess:
 
     def _phase1_done_ago(self) -> float | None:
         """Seconds since the process wrote phase 1's result, or None if it has not."""
-        path = self.workdir / "replay_result.json"
+        files = ChildFolder(self.workdir)
         try:
-            if json.loads(path.read_text()).get("phase") != "checks":
-                return None
-            return max(0.0, time.time() - path.stat().st_mtime)
-        except (OSError, ValueError):
+            with files.open("replay_result.json", RESULT) as opened:
+                if opened is None:
+                    return None
+                fd, info = opened
+                if json.loads(read_capped(fd, "replay_result.json", RESULT)).get("phase") != "checks":
+                    return None
+                return max(0.0, time.time() - info.st_mtime)
+        except (ChildFileRejected, ValueError, AttributeError):
             return None
 
     def idle_s(self, now: float) -> float:
@@ -184,8 +188,13 @@ class ReplayProcess:
         calls to replay and their inputs (``replay_inputs``)."""
         kernels = self.workdir / "kernels"
         kernels.mkdir(exist_ok=True)
+        files = ChildFolder(folder.parent)
         for kernel in recording.kernels:
-            shutil.copyfile(folder / f"kernel_{kernel.id}.cubin", kernels / f"kernel_{kernel.id}.cubin")
+            # Read again through the checks, and matched again: the bytes sent are the ones checked.
+            cubin = files.read(f"{folder.name}/kernel_{kernel.id}.cubin", CUBIN)
+            if cubin is None or hashlib.sha256(cubin).hexdigest() != kernel.id:
+                raise RecordingRejected(f"kernel {kernel.name}: the cubin changed after it was checked")
+            (kernels / f"kernel_{kernel.id}.cubin").write_bytes(cubin)
         if check_inputs:
             save_file(check_inputs, str(self.workdir / "replay_inputs.safetensors"))
         plan = {"kernels": [k.model_dump() for k in recording.kernels],
@@ -227,9 +236,12 @@ class ReplayProcess:
             raise self._failure
         outcome = self._outcome
         replay = ReplayOutcome(duration_s=outcome.duration_s, log=outcome.log.as_json())
+        files = ChildFolder(self.workdir)
         try:
-            replay.result = json.loads((self.workdir / "replay_result.json").read_text())
-        except (OSError, ValueError):
+            replay.result = json.loads(files.read("replay_result.json", RESULT) or b"{}")
+        except ValueError:
+            replay.result = {}
+        if not isinstance(replay.result, dict):
             replay.result = {}
         if outcome.timed_out:
             replay.error = f"the replay process did not finish within {self.settings.child_timeout_s:g} s"
@@ -240,9 +252,10 @@ class ReplayProcess:
         elif replay.result.get("error"):
             replay.error = str(replay.result["error"])
         replay.check_status = replay.result.get("check_calls") or {}
-        outputs = self.workdir / "replay_outputs.safetensors"
-        if outputs.exists():
-            replay.check_outputs = load_file(str(outputs))
+        try:
+            replay.check_outputs = files.load_tensors("replay_outputs.safetensors") or {}
+        except ValueError:
+            replay.check_outputs = {}
         return replay
 
 
