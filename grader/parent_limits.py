@@ -46,3 +46,24 @@ def apply_parent_limits(settings: GraderSettings, *, device: str) -> dict[str, i
     signal.alarm(max(1, int(settings.parent_timeout_s)))
     applied["wall_s"] = settings.parent_timeout_s
     return applied
+
+
+def hostile_hold_bound_s(settings: GraderSettings, *, device: str, benchmark_timeout_s: float = 0.0) -> float:
+    """The longest one grading can hold its worker, by the limits of the processes it runs
+    (seconds); docs/security.md states it, tests/grader/test_parent_limits.py holds it to that.
+
+    A submission's own child may live ``child_timeout_s + compile_budget_s`` (it can claim to
+    compile on its progress pipe; WallClock). On the CPU interpreter that child is all there
+    is. On a GPU, up to three such children run one after another (the main child; its rerun
+    when it says its compile-only pass faulted the GPU; the isolated child's rerun alone when
+    it ended before the import), then the replay process's own work: its start-up, phase 1
+    (``child_timeout_s``) and the timed rows (``benchmark_timeout_s``,
+    BenchmarkOptions.student_timeout_s; 0 without a benchmark). Nothing a child leaves adds to
+    this: the parent reads its files without ever waiting on one (grader/child_files.py).
+    """
+    from grader.runner import REPLAY_STARTUP_S
+
+    child = settings.child_timeout_s + settings.compile_budget_s
+    if device == "cpu":
+        return child
+    return 3 * child + REPLAY_STARTUP_S + settings.child_timeout_s + benchmark_timeout_s
