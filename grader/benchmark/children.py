@@ -46,16 +46,22 @@ def _write_plan(workdir: Path, *, mode: str, rows: list[dict], options: Benchmar
 
 
 def read_child_result(workdir: Path) -> dict | None:
-    """``bench_result.json`` (complete) or else ``bench_progress.json`` (stopped early), or None."""
+    """``bench_result.json`` (complete) or else ``bench_progress.json`` (stopped early), or None.
+
+    Raises:
+        ChildFileRejected: one of them is a link, a FIFO, a device, ... (grader/child_files.py).
+    """
+    from grader.child_files import RESULT, ChildFolder
+
     for name in ("bench_result.json", "bench_progress.json"):
-        path = workdir / name
-        if path.exists():
+        raw = ChildFolder(workdir).read(name, RESULT)
+        if raw is not None:
             try:
-                document = json.loads(path.read_text())
+                document = json.loads(raw)
                 if isinstance(document, dict):
                     document["complete"] = name == "bench_result.json"
                     return document
-            except (OSError, ValueError):
+            except ValueError:
                 return None
     return None
 
