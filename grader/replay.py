@@ -185,15 +185,20 @@ class ReplayProcess:
     def send_checks(self, recording: Recording, *, folder: Path, check_calls: list[CallRecording],
                     check_inputs: dict[str, torch.Tensor]) -> None:
         """Phase 1: the validated recording (``folder`` holds its checked cubins), the check
-        calls to replay and their inputs (``replay_inputs``)."""
+        calls to replay and their inputs (``replay_inputs``).
+
+        Raises:
+            ChildFileRejected: a cubin is no longer the one ``load_recording`` checked.
+        """
         kernels = self.workdir / "kernels"
         kernels.mkdir(exist_ok=True)
         files = ChildFolder(folder.parent)
         for kernel in recording.kernels:
             # Read again through the checks, and matched again: the bytes sent are the ones checked.
-            cubin = files.read(f"{folder.name}/kernel_{kernel.id}.cubin", CUBIN)
+            name = f"{folder.name}/kernel_{kernel.id}.cubin"
+            cubin = files.read(name, CUBIN)
             if cubin is None or hashlib.sha256(cubin).hexdigest() != kernel.id:
-                raise RecordingRejected(f"kernel {kernel.name}: the cubin changed after it was checked")
+                raise ChildFileRejected(name, "it changed after it was checked")
             (kernels / f"kernel_{kernel.id}.cubin").write_bytes(cubin)
         if check_inputs:
             save_file(check_inputs, str(self.workdir / "replay_inputs.safetensors"))
