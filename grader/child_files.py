@@ -192,7 +192,7 @@ class ChildFolder:
     def read(self, relative: str, kind: FileKind) -> bytes | None:
         """The file's bytes (at most ``kind.cap_bytes``), or None when it does not exist."""
         with self.open(relative, kind) as opened:
-            return None if opened is None else read_capped(opened[0], relative, kind)
+            return None if opened is None else read_to_cap(opened[0], relative, kind)
 
     def exists(self, relative: str, kind: FileKind) -> bool:
         """Whether the file is there (a checked regular file; anything else raises)."""
@@ -220,7 +220,7 @@ class ChildFolder:
                 raise ValueError(f"{relative} is not a valid safetensors file") from exc
 
 
-def read_capped(fd: int, relative: str, kind: FileKind) -> bytes:
+def read_to_cap(fd: int, relative: str, kind: FileKind) -> bytes:
     """Read an opened, checked file (``ChildFolder.open``) to its end, at most ``kind.cap_bytes``.
 
     Raises:

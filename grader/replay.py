@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from safetensors.torch import save_file
 
 from grader.assignments.protocol import Assignment
-from grader.child_files import CUBIN, RECORDING, RESULT, ChildFileRejected, ChildFolder, read_capped
+from grader.child_files import CUBIN, RECORDING, RESULT, ChildFileRejected, ChildFolder, read_to_cap
 from grader.harness.protocol import CallRecording, Recording
 from grader.plan import CallEvidence, Plan
 from grader.sandbox import run_sandboxed, stage_harness
@@ -142,7 +142,7 @@ class ReplayProcess:
                 if opened is None:
                     return None
                 fd, info = opened
-                if json.loads(read_capped(fd, "replay_result.json", RESULT)).get("phase") != "checks":
+                if json.loads(read_to_cap(fd, "replay_result.json", RESULT)).get("phase") != "checks":
                     return None
                 return max(0.0, time.time() - info.st_mtime)
         except (ChildFileRejected, ValueError, AttributeError):
