@@ -7,6 +7,9 @@ work folder in the host's /tmp, a folder of other submissions on its sys.path, a
 server on 127.0.0.1. Every hostile file is graded once (two at a time); the tests then check
 the verdict and error kind, that no secret appears anywhere in the result document, that the
 host was not touched, and at the end that the grader still grades the reference correctly.
+The files that attack what the parent reads back (``result_*.py``, ``fills_grading_folder.py``)
+are graded by a ``grader check`` process of their own, as a worker runs it, so that its time,
+its memory and what it leaves on the host can be measured.
 
 Where the grader gives a wrong answer, the test asserting the right one is marked
 xfail(strict=True) with the reason; see KNOWN_GRADER_BUGS.
