@@ -152,8 +152,14 @@ class ChildFolder:
     @contextlib.contextmanager
     def open(self, relative: str, kind: FileKind) -> Iterator[tuple[int, os.stat_result] | None]:
         """The checked file: yields (descriptor, its ``fstat``), or None when it does not exist.
-        The descriptor is closed on exit."""
+        The descriptor is closed on exit.
+
+        Raises:
+            ValueError: ``relative`` is absolute or has an empty, ``.`` or ``..`` component.
+        """
         *parts, leaf = relative.split("/")
+        if any(part in ("", ".", "..") for part in (*parts, leaf)):
+            raise ValueError(f"not a path below the folder: {relative!r}")  # the parent's own names only
         folder_fd, device = self._open_folder(relative, parts)
         if folder_fd is None:
             yield None

@@ -123,3 +123,9 @@ def test_a_marker_is_never_created_through_a_link(folder: Path, tmp_path: Path):
     assert not target.exists()
     create_marker(folder, "other")
     assert (folder / "other").is_file()
+
+
+def test_only_paths_below_the_folder_are_read(folder: Path):
+    for relative in ("../done.json", "/etc/passwd", "recording//recording.json", "./done.json"):
+        with pytest.raises(ValueError, match="not a path below the folder"):
+            ChildFolder(folder).read(relative, REPORT)
