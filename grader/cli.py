@@ -63,18 +63,26 @@ def _check(args: argparse.Namespace) -> int:
     # Read by libgomp when torch loads it, below (grader/openmp.py says why); a value set in
     # the environment is kept.
     os.environ.setdefault("OMP_WAIT_POLICY", OMP_WAIT_POLICY)
+    from grader.settings import GraderSettings
+    from grader.work_fs import WorkFsUnavailable, exec_in_work_fs
+
+    settings = GraderSettings()
+    if args.unsafe_no_sandbox:
+        settings = settings.model_copy(update={"sandbox": "unsafe-none"})
+    if args.exec_argv is not None:
+        # Before torch is loaded: the grading continues in a new process on its own tmpfs.
+        try:
+            exec_in_work_fs(settings, args.exec_argv)
+        except WorkFsUnavailable as exc:
+            return _infrastructure_error(args, f"the grading folder's filesystem: {exc}")
     # Imported here: `grader --help` and the service commands must not pay for torch.
     from rich.console import Console
     from rich.markup import escape
 
     from grader.bwrap import sandbox_label, sandbox_problem
-    from grader.settings import GraderSettings
 
     # With --json -, stdout carries only the JSON document; the table goes to stderr.
     console = Console(stderr=args.json == "-")
-    settings = GraderSettings()
-    if args.unsafe_no_sandbox:
-        settings = settings.model_copy(update={"sandbox": "unsafe-none"})
     if args.timeout is not None:
         settings = settings.model_copy(update={"child_timeout_s": args.timeout})
     # Before torch loads (seconds): without a working bwrap no grading can run.
@@ -96,6 +104,15 @@ def _check(args: argparse.Namespace) -> int:
     finally:
         if prestarted is not None:  # a no-op once the grading closed it
             prestarted.close()
+
+
+def _infrastructure_error(args: argparse.Namespace, reason: str) -> int:
+    """Report an infrastructure error before any grading (the JSON document and stderr)."""
+    document = ResultDocument(assignment=args.assignment, verdict=Verdict.ERROR, seed=args.seed,
+                              error=GradingError(kind=ErrorKind.INFRASTRUCTURE, message=reason))
+    _write_json(document, args.json)
+    print(f"infrastructure error: {reason}", file=sys.stderr)
+    return ExitCode.INFRASTRUCTURE
 
 
 def _grade_one(args: argparse.Namespace, console, settings, prestarted) -> int:
@@ -122,6 +139,14 @@ def _grade_one(args: argparse.Namespace, console, settings, prestarted) -> int:
     if not path.is_file():
         console.print(f"[red]no such file: {path}[/]")
         return ExitCode.INFRASTRUCTURE
+    if args.exec_argv is not None:  # a process of its own (not main() called in another program)
+        from grader.parent_limits import apply_parent_limits
+        from grader.runner import resolve_device
+
+        try:
+            apply_parent_limits(settings, device=resolve_device(args.device))
+        except Exception:  # noqa: BLE001 - an unknown device is reported by the grading itself
+            apply_parent_limits(settings, device="cuda")
     try:
         document = grade_file(path, assignment=args.assignment, device=args.device, seed=args.seed,
                               settings=settings, benchmark=args.benchmark, prestarted=prestarted)
@@ -305,6 +330,7 @@ def _missing_extra(exc: ModuleNotFoundError, command: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``grader`` console script; returns the process exit code."""
+    own_process = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv else ""
     try:
@@ -312,6 +338,9 @@ def main(argv: list[str] | None = None) -> int:
             module, function, _help = COMMAND_MODULES[command]
             return int(getattr(importlib.import_module(module), function)(argv[1:]) or 0)
         args = build_parser().parse_args(argv)
+        # This process's own command line, when main() is its entry point: `grader check` may
+        # run on in a new process (grader/work_fs.py) and sets limits on itself.
+        args.exec_argv = list(sys.argv[1:]) if own_process else None
         return int(args.handler(args) or 0)
     except ModuleNotFoundError as exc:
         return _missing_extra(exc, command)

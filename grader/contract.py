@@ -89,7 +89,9 @@ class ErrorKind(enum.StrEnum):
     TIMEOUT = "timeout"  # the sandboxed child ran past its wall-clock limit
     CRASH = "crash"  # killed by a signal, or a CUDA error poisoned the process
     EXITED = "exited"  # sys.exit / os._exit in the submission
-    RESOURCE_LIMIT = "resource_limit"  # memory, processes or output over the limit
+    RESOURCE_LIMIT = "resource_limit"  # memory, processes, output or the grading folder's space over the limit
+    #: a file the grader reads back was replaced (a link, FIFO, device, folder, or over its cap)
+    TAMPERED = "tampered"
     INFRASTRUCTURE = "infrastructure"  # the grader or the machine failed: no verdict
 
 

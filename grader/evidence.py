@@ -12,8 +12,8 @@ import signal
 from pathlib import Path
 
 from pydantic import ValidationError
-from safetensors.torch import load_file
 
+from grader.child_files import REPORT, ChildFolder
 from grader.contract import ErrorKind, GradingError
 from grader.harness.protocol import CallReport, DoneReport, StepReport
 from grader.plan import CallEvidence, Plan, PlannedCheck
@@ -39,10 +39,18 @@ def _last_progress(outcome: ChildOutcome) -> str | None:
 
 
 def read_done(workdir: Path) -> DoneReport | None:
-    """The child's validated ``done.json``, or None when it is missing or malformed."""
+    """The child's validated ``done.json``, or None when it is missing or malformed.
+
+    Raises:
+        ChildFileRejected: it is not a regular file of the child's within its cap
+            (grader/child_files.py).
+    """
+    raw = ChildFolder(workdir).read("done.json", REPORT)
+    if raw is None:
+        return None
     try:
-        return DoneReport.model_validate_json((workdir / "done.json").read_bytes())
-    except (OSError, ValidationError, ValueError):
+        return DoneReport.model_validate_json(raw)
+    except (ValidationError, ValueError):
         return None
 
 
@@ -223,25 +231,28 @@ def call_context(outcome: ChildOutcome, plan: Plan, kind: ErrorKind, crash_hint:
 def read_evidence(steps: list[PlannedCheck], workdir: Path) -> tuple[dict[str, CallEvidence], set[str]]:
     """Per-round evidence of every step the child finished, keyed by round id, and the names of
     the checks whose step left a report file. ``steps`` are the checks of the child's plan, in
-    its order (Plan.steps). Malformed reports count as missing."""
+    its order (Plan.steps). Malformed reports count as missing.
+
+    Raises:
+        ChildFileRejected: a report or tensor file is not a regular file of the child's
+            within its cap (grader/child_files.py).
+    """
     calls: dict[str, CallEvidence] = {}
     finished_steps: set[str] = set()
+    folder = ChildFolder(workdir)
     for index, step_check in enumerate(steps):
-        report_path = workdir / f"step_{index}.json"
-        if not report_path.exists():
+        raw = folder.read(f"step_{index}.json", REPORT)
+        if raw is None:
             continue
         finished_steps.add(step_check.name)
         try:
-            step = StepReport.model_validate_json(report_path.read_bytes())
-        except (OSError, ValidationError, ValueError):
+            step = StepReport.model_validate_json(raw)
+        except (ValidationError, ValueError):
             continue
-        tensors_path = workdir / f"step_{index}.safetensors"
-        tensors = {}
-        if tensors_path.exists():
-            try:
-                tensors = load_file(str(tensors_path))
-            except Exception:  # noqa: BLE001 - a corrupt file reads as "no outputs"
-                tensors = {}
+        try:
+            tensors = folder.load_tensors(f"step_{index}.safetensors") or {}
+        except ValueError:  # a corrupt file reads as "no outputs"
+            tensors = {}
         for raw in step.calls:
             try:
                 report = CallReport.model_validate(raw)

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import torch
 from pydantic import ValidationError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from grader.assignments.protocol import Assignment
+from grader.child_files import CUBIN, RECORDING, RESULT, ChildFileRejected, ChildFolder, read_to_cap
 from grader.harness.protocol import (
-    MAX_CUBIN_BYTES,
     BenchmarkPlan,
     CallRecording,
     Recording,
@@ -71,24 +71,23 @@ def load_recording(folder: Path) -> Recording:
 
     Raises:
         RecordingRejected: missing, malformed, over a limit, or a cubin that does not match.
+        ChildFileRejected: a file of it, or the folder, is a link, a FIFO, a device, ... or
+            over its cap (grader/child_files.py).
     """
-    path = folder / "recording.json"
+    files = ChildFolder(folder.parent)
+    raw = files.read(f"{folder.name}/recording.json", RECORDING)
+    if raw is None:
+        raise RecordingRejected("no recording: the child wrote none")
     try:
-        recording = Recording.model_validate_json(path.read_bytes())
-    except OSError as exc:
-        raise RecordingRejected(f"no recording: {exc.strerror}") from None
+        recording = Recording.model_validate_json(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
         raise RecordingRejected(f"the recording is malformed: {first['msg']} at {first['loc']}") from None
     for kernel in recording.kernels:
-        cubin_path = folder / f"kernel_{kernel.id}.cubin"
-        try:
-            if cubin_path.is_symlink() or cubin_path.stat().st_size > MAX_CUBIN_BYTES:
-                raise RecordingRejected(f"kernel {kernel.name}: its cubin is a link or over {MAX_CUBIN_BYTES} bytes")
-            digest = hashlib.sha256(cubin_path.read_bytes()).hexdigest()
-        except OSError:
-            raise RecordingRejected(f"kernel {kernel.name}: its cubin is missing") from None
-        if digest != kernel.id:
+        cubin = files.read(f"{folder.name}/kernel_{kernel.id}.cubin", CUBIN)
+        if cubin is None:
+            raise RecordingRejected(f"kernel {kernel.name}: its cubin is missing")
+        if hashlib.sha256(cubin).hexdigest() != kernel.id:
             raise RecordingRejected(f"kernel {kernel.name}: the cubin does not match its recorded sha256")
     return recording
 
@@ -144,12 +143,16 @@ class ReplayProcess:
 
     def _phase1_done_ago(self) -> float | None:
         """Seconds since the process wrote phase 1's result, or None if it has not."""
-        path = self.workdir / "replay_result.json"
+        files = ChildFolder(self.workdir)
         try:
-            if ReplayResult.model_validate_json(path.read_bytes()).phase != "checks":
-                return None
-            return max(0.0, time.time() - path.stat().st_mtime)
-        except (OSError, ValueError):
+            with files.open("replay_result.json", RESULT) as opened:
+                if opened is None:
+                    return None
+                fd, info = opened
+                if ReplayResult.model_validate_json(read_to_cap(fd, "replay_result.json", RESULT)).phase != "checks":
+                    return None
+                return max(0.0, time.time() - info.st_mtime)
+        except (ChildFileRejected, ValueError):
             return None
 
     def idle_s(self, now: float) -> float:
@@ -189,11 +192,21 @@ class ReplayProcess:
     def send_checks(self, recording: Recording, *, folder: Path, check_calls: list[CallRecording],
                     check_inputs: dict[str, torch.Tensor]) -> None:
         """Phase 1: the validated recording (``folder`` holds its checked cubins), the check
-        calls to replay and their inputs (``replay_inputs``)."""
+        calls to replay and their inputs (``replay_inputs``).
+
+        Raises:
+            ChildFileRejected: a cubin is no longer the one ``load_recording`` checked.
+        """
         kernels = self.workdir / "kernels"
         kernels.mkdir(exist_ok=True)
+        files = ChildFolder(folder.parent)
         for kernel in recording.kernels:
-            shutil.copyfile(folder / f"kernel_{kernel.id}.cubin", kernels / f"kernel_{kernel.id}.cubin")
+            # Read again through the checks, and matched again: the bytes sent are the ones checked.
+            name = f"{folder.name}/kernel_{kernel.id}.cubin"
+            cubin = files.read(name, CUBIN)
+            if cubin is None or hashlib.sha256(cubin).hexdigest() != kernel.id:
+                raise ChildFileRejected(name, "it changed after it was checked")
+            (kernels / f"kernel_{kernel.id}.cubin").write_bytes(cubin)
         if check_inputs:
             save_file(check_inputs, str(self.workdir / "replay_inputs.safetensors"))
         plan = ReplayPlan(kernels=recording.kernels, check_calls=check_calls, check_inputs="replay_inputs.safetensors")
@@ -233,9 +246,11 @@ class ReplayProcess:
             raise self._failure
         outcome = self._outcome
         replay = ReplayOutcome(duration_s=outcome.duration_s, log=outcome.log.as_json())
+        files = ChildFolder(self.workdir)
         try:
-            replay.result = ReplayResult.model_validate_json((self.workdir / "replay_result.json").read_bytes())
-        except (OSError, ValueError):
+            raw = files.read("replay_result.json", RESULT)
+            replay.result = ReplayResult.model_validate_json(raw) if raw else ReplayResult()
+        except ValueError:
             replay.result = ReplayResult()
         if outcome.timed_out:
             replay.error = f"the replay process did not finish within {self.settings.child_timeout_s:g} s"
@@ -246,9 +261,10 @@ class ReplayProcess:
         elif replay.result.error:
             replay.error = replay.result.error
         replay.check_status = replay.result.check_calls
-        outputs = self.workdir / "replay_outputs.safetensors"
-        if outputs.exists():
-            replay.check_outputs = load_file(str(outputs))
+        try:
+            replay.check_outputs = files.load_tensors("replay_outputs.safetensors") or {}
+        except ValueError:
+            replay.check_outputs = {}
         return replay
 
 

@@ -23,6 +23,7 @@ from safetensors.torch import save_file
 
 from grader.assignments import Assignment, get_assignment
 from grader.bwrap import sandbox_label
+from grader.child_files import ChildFileRejected, create_marker
 from grader.contract import (
     SCHEMA_VERSION,
     BenchmarkResult,
@@ -49,6 +50,7 @@ from grader.sandbox import ChildOutcome, SandboxUnavailable, run_sandboxed, stag
 from grader.settings import GraderSettings
 from grader.source_validation import SourceRejected, validate_source
 from grader.version import grader_version, package_version
+from grader.work_fs import work_folder_full
 
 __all__ = ["InfrastructureError", "grade_file", "grade_source", "resolve_device"]
 
@@ -332,7 +334,7 @@ class PrestartedChild:
     def close(self) -> None:
         """End the child if it still waits (or runs) and remove the grading folder."""
         if self.workdir.is_dir():
-            (self.workdir / "quit").touch()
+            create_marker(self.workdir, "quit")
         self._cancel.set()
         self._thread.join(timeout=60)
         shutil.rmtree(self.grading_dir, ignore_errors=True)
@@ -448,7 +450,8 @@ def _run_isolated(plan: Plan, assignment: Assignment, source: str, evidence: Che
     calls, isolated_finished = read_evidence(steps, workdir)
     evidence.calls.update(calls)
     finished |= isolated_finished
-    error = child_error(outcome, workdir, settings, device=device) or call_level_error(calls)
+    error = (work_folder_full(grading_dir, settings) or child_error(outcome, workdir, settings, device=device)
+             or call_level_error(calls))
     if error is not None:
         stopped = f"the process ended: {error.kind.value}: {error.message}"
         for step in steps:
@@ -550,7 +553,8 @@ def _checks_beside_isolated(plan: Plan, assignment: Assignment, source: str, rep
         timings["child_cpu"] = outcome.cpu_s
     timings.update(_child_phases(outcome))
     evidence_calls, finished = read_evidence(plan.steps(isolated=False), workdir)
-    process_error = child_error(outcome, workdir, settings, device=device)
+    # A child that filled its grading's tmpfs ended for that, whatever it did next.
+    process_error = work_folder_full(grading_dir, settings) or child_error(outcome, workdir, settings, device=device)
     error = process_error or call_level_error(evidence_calls)
     # The run ended at a call (not at the import, and not a limit that broke the calls after it):
     # checks that failed before are failures of the submission, whatever happened next.
@@ -759,9 +763,19 @@ def _grade_source(source: str | bytes, *, assignment: str, device: str, seed: in
     cache_dir = grading_dir / "triton-cache"  # this submission's own Triton cache
     try:
         cache_dir.mkdir(exist_ok=prestarted is not None)
-        run = _run_checks(spec, source, device=device, seed=seed, settings=settings, grading_dir=grading_dir,
-                          cache_dir=cache_dir, timings=timings, rows=rows, benchmark_options=options,
-                          prestarted=prestarted)
+        try:
+            run = _run_checks(spec, source, device=device, seed=seed, settings=settings, grading_dir=grading_dir,
+                              cache_dir=cache_dir, timings=timings, rows=rows, benchmark_options=options,
+                              prestarted=prestarted)
+        except ChildFileRejected as exc:
+            # A file read back was replaced (a link, FIFO, device, folder, or over its cap): the
+            # submission's error; nothing of the run is evidence.
+            run = _Run(fields={"verdict": Verdict.ERROR, "error": exc.grading_error()})
+        except OSError as exc:
+            full = work_folder_full(grading_dir, settings, exc)
+            if full is None:
+                raise
+            run = _Run(fields={"verdict": Verdict.ERROR, "error": full})
         document = document.model_copy(update=run.fields)
         if document.verdict is Verdict.PASSED and benchmark == "on" and not timed:
             document = document.model_copy(update={"benchmark": BenchmarkResult(

@@ -43,7 +43,21 @@ class GraderSettings(BaseSettings):
         log_cap_bytes: captured stdout+stderr kept in the result (head and tail), bytes.
         output_kill_bytes: a child printing more than this is killed (runaway output), bytes.
         tmpfs_bytes: size of the child's private /tmp (holds its Triton cache), bytes.
-        work_root: where per-run work folders are made (default: the system temp dir).
+        work_root: where per-run work folders are made (default: the system temp dir; with
+            ``work_fs_bytes``, the mount point of the grading's own tmpfs: default
+            ``<temp dir>/grader-work-<uid>``, an empty folder on the host).
+        work_fs_bytes: size of the tmpfs ``grader check`` mounts at ``work_root`` for its
+            grading (grader/work_fs.py), bytes: a child that writes more fills it, and its
+            grading ends as ``resource_limit``; it vanishes with the grader. 0: the grading
+            folder is on the host's disk, uncapped (and without ``sandbox`` ``bwrap``, always).
+        parent_memory_bytes: RLIMIT_DATA of the grader itself on CPU gradings, bytes (the
+            files it reads back are capped one by one, grader/child_files.py; this bounds the
+            rest). Not set on CUDA gradings: the driver's mappings there were not measured.
+        parent_max_open_files: RLIMIT_NOFILE of the grader itself (and its children).
+        parent_timeout_s: wall-clock limit of one ``grader check`` from its job's start,
+            seconds: past it the process ends itself (SIGALRM), an infrastructure failure the
+            worker retries. Below the worker's own outer limit (``GRADER_GRADER_TIMEOUT_S``,
+            1,800 s), so that the grader ends first and its children with it.
         precompile_threads: threads the correctness child (GPU only) compiles the submission's
             Triton specialisations on before its checks run (check_child.py ``precompile``:
             one compile-only pass over the planned calls); 0 compiles each one when it is first
@@ -66,5 +80,11 @@ class GraderSettings(BaseSettings):
     output_kill_bytes: int = Field(default=32 * 1024**2, gt=0)
     tmpfs_bytes: int = Field(default=1024**3, gt=0)
     work_root: str | None = None
+    # 4 GiB: an honest grading's folder holds its inputs, step outputs, recording and Triton
+    # cache, tens to hundreds of MiB (docs/security.md).
+    work_fs_bytes: int = Field(default=4 * 1024**3, ge=0)
+    parent_memory_bytes: int = Field(default=32 * 1024**3, gt=0)
+    parent_max_open_files: int = Field(default=4096, ge=64)
+    parent_timeout_s: float = Field(default=1750.0, gt=0)
     precompile_threads: int = Field(default=8, ge=0, le=64)
     prestart_check_child: bool = True

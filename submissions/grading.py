@@ -208,9 +208,20 @@ def _start_grader(command: list[str], workspace_root: os.PathLike[str], stdout_p
     """Start the grader in its own session (process group) with a scrubbed environment, its
     stdout and stderr sent to files in its private folder.
 
+    The grader's own folders (its grading folder with the Triton cache, the check child it
+    starts ahead, the replay process's folder) lie under ``<workspace_root>/work``
+    (``GRADER_WORK_ROOT``, unless the environment names another), where ``grader check``
+    mounts its grading's size-capped tmpfs (grader/work_fs.py); the caller removes the
+    workspace after the grading, whatever happened to the grader.
+
     Raises:
         InfrastructureFailure: it could not be started.
     """
+    environment = grader_environment(os.environ)
+    if "GRADER_WORK_ROOT" not in environment:
+        work_root = Path(workspace_root) / "work"
+        work_root.mkdir(mode=0o700, exist_ok=True)
+        environment["GRADER_WORK_ROOT"] = str(work_root)
     with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
         try:
             return subprocess.Popen(  # noqa: S603 - argv list, no shell
@@ -219,7 +230,7 @@ def _start_grader(command: list[str], workspace_root: os.PathLike[str], stdout_p
                 stdout=stdout,
                 stderr=stderr,
                 cwd=workspace_root,
-                env=grader_environment(os.environ),
+                env=environment,
                 start_new_session=True,
                 preexec_fn=_SET_PARENT_DEATH_SIGNAL,  # noqa: PLW1509 - async-signal-safe call only
             )

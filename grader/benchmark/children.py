@@ -54,13 +54,19 @@ def write_plan(workdir: Path, *, rows: list[dict], options: BenchmarkOptions, as
 
 def read_child_result(workdir: Path) -> dict | None:
     """``bench_result.json`` (complete) or else ``bench_progress.json`` (stopped early), read as
-    a ``PeersResult`` and returned as a dict (the benchmark adds its verification), or None."""
+    a ``PeersResult`` and returned as a dict (the benchmark adds its verification), or None.
+
+    Raises:
+        ChildFileRejected: one of them is a link, a FIFO, a device, ... (grader/child_files.py).
+    """
+    from grader.child_files import RESULT, ChildFolder
+
     for name in ("bench_result.json", "bench_progress.json"):
-        path = workdir / name
-        if path.exists():
+        raw = ChildFolder(workdir).read(name, RESULT)
+        if raw is not None:
             try:
-                document = PeersResult.model_validate_json(path.read_bytes())
-            except (OSError, ValueError):
+                document = PeersResult.model_validate_json(raw)
+            except ValueError:
                 return None
             return document.model_copy(update={"complete": name == "bench_result.json"}).model_dump()
     return None

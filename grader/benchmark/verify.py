@@ -32,15 +32,19 @@ def load_bench_module(path: Path) -> ModuleType:
 
 
 def load_outputs(workdir: Path, entry: dict) -> dict:
-    """The output tensors a child saved for one row (empty when missing or corrupt)."""
-    from safetensors.torch import load_file
+    """The output tensors a child saved for one row (empty when missing or corrupt).
+
+    Raises:
+        ChildFileRejected: the file is a link, a FIFO, a device, ... (grader/child_files.py).
+    """
+    from grader.child_files import ChildFolder
 
     name = entry.get("outputs_file")
-    if not isinstance(name, str) or "/" in name:
+    if not isinstance(name, str) or "/" in name or name in ("", ".", ".."):
         return {}
     try:
-        return load_file(str(workdir / name))
-    except Exception:  # noqa: BLE001 - a missing or corrupt file reads as "no outputs"
+        return ChildFolder(workdir).load_tensors(name) or {}
+    except ValueError:  # a corrupt file reads as "no outputs"
         return {}
 
 

@@ -86,6 +86,14 @@ class Gradings:
                 )
             return self._futures[key]
 
+    def submit_call(self, key: str, function, *args, **kwargs) -> Future:
+        """Queue ``function(*args, **kwargs)`` under ``key`` (e.g. a grading through the
+        ``grader check`` command rather than in this process); a second submit is a no-op."""
+        with self._lock:
+            if key not in self._futures:
+                self._futures[key] = self._pool.submit(function, *args, **kwargs)
+            return self._futures[key]
+
     def result(self, key: str) -> dict:
         """The result document for ``key``; re-raises whatever the grading raised."""
         return self._futures[key].result(timeout=GRADING_TIMEOUT_S)

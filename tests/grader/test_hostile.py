@@ -7,6 +7,9 @@ work folder in the host's /tmp, a folder of other submissions on its sys.path, a
 server on 127.0.0.1. Every hostile file is graded once (two at a time); the tests then check
 the verdict and error kind, that no secret appears anywhere in the result document, that the
 host was not touched, and at the end that the grader still grades the reference correctly.
+The files that attack what the parent reads back (``result_*.py``, ``fills_grading_folder.py``)
+are graded by a ``grader check`` process of their own, as a worker runs it, so that its time,
+its memory and what it leaves on the host can be measured.
 
 Where the grader gives a wrong answer, the test asserting the right one is marked
 xfail(strict=True) with the reason; see KNOWN_GRADER_BUGS.
@@ -19,10 +22,13 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +43,7 @@ from grading_support import (
     requires_bwrap,
     settings,
     skipped_checks,
+    strict_json,
     summary,
 )
 
@@ -67,6 +74,19 @@ class Expect:
     kind: str | None = None  # error.kind when the verdict is error (or failed, then ended by an error)
     failed: frozenset = frozenset()  # exact set of failed checks when the verdict is failed
     options: dict = field(default_factory=dict)  # GraderSettings overrides for this file
+    # Graded by a `grader check` process of its own (as a worker runs it: its grading folder on
+    # its own tmpfs under a work root the test made), whose memory, time and leftovers are read.
+    cli: bool = False
+
+
+#: Limits of the files that attack what the parent reads back (graded through the command).
+RESULT_FILE_OPTIONS = {"child_timeout_s": 60}
+#: Their bound: the child's limit plus a few seconds (a grader process's start-up, torch
+#: included, and a loaded 2-core machine).
+RESULT_FILE_BOUND_S = RESULT_FILE_OPTIONS["child_timeout_s"] + 30
+#: Resident memory of the grader process (and of its largest descendant): torch's import is
+#: about 350 MiB; the oversized file is 3 GiB, /dev/zero has no end.
+PARENT_MEMORY_BOUND_BYTES = 1 << 30
 
 
 EXPECTED = {
@@ -99,7 +119,16 @@ EXPECTED = {
     "env_secrets.py": Expect("passed"),
     "network.py": Expect("passed"),
     "write_outside.py": Expect("passed"),
+    "result_link_to_ptmx.py": Expect("error", "tampered", options=RESULT_FILE_OPTIONS, cli=True),
+    "result_link_to_dev_zero.py": Expect("error", "tampered", options=RESULT_FILE_OPTIONS, cli=True),
+    "result_link_to_folder.py": Expect("error", "tampered", options=RESULT_FILE_OPTIONS, cli=True),
+    "result_link_to_host_file.py": Expect("error", "tampered", options=RESULT_FILE_OPTIONS, cli=True),
+    "result_fifo.py": Expect("error", "tampered", options=RESULT_FILE_OPTIONS, cli=True),
+    "result_oversized.py": Expect("error", "tampered", options=RESULT_FILE_OPTIONS, cli=True),
+    "fills_grading_folder.py": Expect("error", "resource_limit", cli=True,
+                                      options={**RESULT_FILE_OPTIONS, "work_fs_bytes": 256 * 2**20}),
 }
+CLI_FILES = sorted(name for name, expect in EXPECTED.items() if expect.cli)
 
 WRITE_OUTSIDE_MARK = "grader-hostile-write-outside"  # the file names write_outside.py tries
 
@@ -147,6 +176,89 @@ class _TcpServer:
 
 
 @dataclass
+class CliRun:
+    """How one ``grader check`` process went (``_grade_through_cli``).
+
+    Attributes:
+        wall_s: from its start to its exit, seconds.
+        max_rss_bytes: the grader's peak resident set (VmHWM of the ``grader check`` process
+            bubblewrap runs, last read while it lived, every 0.1 s), bytes. Not ``wait4``'s
+            rusage: a process forked from this one starts with this process's resident set as
+            its peak.
+        exit_code: its exit status (negative: the signal that killed it).
+        leftovers: what was under its work root after it exited (the mount point of its tmpfs,
+            which must be empty on the host).
+    """
+
+    wall_s: float
+    max_rss_bytes: int
+    exit_code: int
+    leftovers: list[str]
+
+
+def _watch_peak_rss(pid: int, peak: list[int], stop: threading.Event) -> None:
+    """Until ``stop``: ``peak[0]`` = the largest VmHWM (bytes) seen of the ``grader check``
+    process among ``pid``'s descendants."""
+    while not stop.wait(0.1):
+        try:
+            descendants = psutil.Process(pid).children(recursive=True)
+        except psutil.Error:
+            continue
+        for process in descendants:
+            if "-m grader check" not in " ".join(_cmdline(process)):
+                continue
+            try:
+                with open(f"/proc/{process.pid}/status", encoding="ascii", errors="replace") as status:
+                    for line in status:
+                        if line.startswith("VmHWM:"):
+                            peak[0] = max(peak[0], int(line.split()[1]) * 1024)
+            except OSError:
+                pass
+
+
+def _grade_through_cli(path: Path, options: dict, runs: dict[str, CliRun]) -> dict:
+    """Grade ``path`` on the CPU with ``grader check --json`` in a process of its own, as the
+    worker runs it (GRADER_WORK_ROOT a fresh folder of the test's, the GRADER_* ``options``),
+    and return its result document. A process still running after RESULT_FILE_BOUND_S + 60 s
+    is killed (its test then fails on the time)."""
+    work_root = Path(tempfile.mkdtemp(prefix="grader-hostile-work-root-"))
+    output = work_root.parent / f"{work_root.name}.json"
+    environment = {**os.environ, "GRADER_SANDBOX": "bwrap", "GRADER_WORK_ROOT": str(work_root),
+                   **{f"GRADER_{name.upper()}": str(value) for name, value in options.items()}}
+    started = time.monotonic()
+    process = subprocess.Popen(  # noqa: S603 - argv list
+        [sys.executable, "-m", "grader", "check", str(path), "--device", "cpu", "--json", str(output), "--quiet"],
+        env=environment, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        start_new_session=True)
+    killer = threading.Timer(RESULT_FILE_BOUND_S + 60, lambda: os.killpg(process.pid, signal.SIGKILL))
+    killer.start()
+    peak = [0]
+    stop = threading.Event()
+    watcher = threading.Thread(target=_watch_peak_rss, args=(process.pid, peak, stop), daemon=True)
+    watcher.start()
+    try:
+        process.wait()
+    finally:
+        killer.cancel()
+        stop.set()
+        watcher.join()
+    wall_s = time.monotonic() - started
+    stderr = process.stderr.read().decode(errors="replace")
+    process.stderr.close()
+    leftovers = sorted(str(p.relative_to(work_root)) for p in work_root.rglob("*"))
+    shutil.rmtree(work_root, ignore_errors=True)
+    runs[path.name] = CliRun(wall_s=wall_s, max_rss_bytes=peak[0], exit_code=process.returncode,
+                             leftovers=leftovers)
+    try:
+        text = output.read_text()
+    except OSError:
+        raise AssertionError(f"grader check wrote no result (exit {process.returncode}): {stderr[-2000:]}") from None
+    finally:
+        output.unlink(missing_ok=True)
+    return strict_json(text)
+
+
+@dataclass
 class HostileRun:
     gradings: object
     secrets: dict[str, str]
@@ -154,6 +266,7 @@ class HostileRun:
     server: _TcpServer
     host_paths: dict[Path, tuple | None]  # path -> (size, mtime) before the run, None if absent
     syspath_dir: Path
+    cli_runs: dict[str, CliRun] = field(default_factory=dict)  # file name -> how its grader process went
 
     def result(self, name: str) -> dict:
         return self.gradings.result(f"hostile/{name}")
@@ -211,11 +324,15 @@ def hostile(gradings):
     host_paths = {path: _stat(path) for path in watched}
 
     server = _TcpServer(markers["banner"].encode())
+    cli_runs: dict[str, CliRun] = {}
     for path in FILES:
         expect = EXPECTED.get(path.name)
         options = expect.options if expect else {}
-        gradings.submit(f"hostile/{path.name}", path, grader_settings=settings(**options))
-    run = HostileRun(gradings, planted_secrets, markers, server, host_paths, syspath_dir)
+        if expect is not None and expect.cli:
+            gradings.submit_call(f"hostile/{path.name}", _grade_through_cli, path, options, cli_runs)
+        else:
+            gradings.submit(f"hostile/{path.name}", path, grader_settings=settings(**options))
+    run = HostileRun(gradings, planted_secrets, markers, server, host_paths, syspath_dir, cli_runs)
     try:
         yield run
     finally:
@@ -449,6 +566,81 @@ def test_patched_comparisons_change_nothing_in_the_parent(hostile):
     document = hostile.result("monkeypatch_compare.py")
     message = check(document, "autograd_fp32")["message"]
     assert "got 0.123" in message, message
+
+
+# ---- result files the submission replaced (graded through `grader check`) ---------------------
+@pytest.mark.parametrize("name", CLI_FILES, ids=[Path(n).stem for n in CLI_FILES])
+def test_a_replaced_result_file_ends_at_once_with_bounded_memory(name: str, hostile):
+    """Within the child's limit plus a few seconds, the grader's memory bounded, nothing left
+    on the host, and an error of the submission's (exit 2), not an infrastructure error."""
+    document = hostile.result(name)
+    run = hostile.cli_runs[name]
+    assert run.exit_code == 2, summary(document)
+    assert run.wall_s < RESULT_FILE_BOUND_S, f"{name}: the grader took {run.wall_s:.0f} s"
+    assert 0 < run.max_rss_bytes < PARENT_MEMORY_BOUND_BYTES, f"{name}: {run.max_rss_bytes / 2**20:.0f} MiB resident"
+    assert run.leftovers == [], f"{name} left {run.leftovers[:5]} on the host"
+
+
+def test_where_a_link_points_does_not_show(hostile):
+    """A device, a folder: one message, so a link answers nothing about the host's paths."""
+    links = ("result_link_to_ptmx.py", "result_link_to_dev_zero.py", "result_link_to_folder.py")
+    messages = {hostile.result(name)["error"]["message"] for name in links}
+    assert len(messages) == 1, messages
+    assert "done.json: it is a symbolic link" in messages.pop()
+
+
+def test_a_linked_host_file_is_never_read(hostile):
+    document = hostile.result("result_link_to_host_file.py")
+    text = json.dumps(document)
+    assert "step_0.json: it is a symbolic link" in document["error"]["message"], summary(document)
+    for line in Path("/etc/passwd").read_text().splitlines()[:3]:
+        assert line not in text, "the host file's content reached the result"
+
+
+def test_filling_the_grading_folder_is_a_resource_limit(hostile):
+    document = hostile.result("fills_grading_folder.py")
+    assert "filled the grading folder" in document["error"]["message"], summary(document)
+    assert "256 MiB" in document["error"]["message"], summary(document)
+
+
+def test_no_folder_outlives_a_killed_grader(tmp_path: Path):
+    """SIGKILL of the grader (not of its process group) while its child runs the submission:
+    the check child dies with it, and the grading folder, on the grader's own tmpfs, is gone
+    with its mount namespace; the host's work root (the mount point) stays empty."""
+    work_root = tmp_path / "work"
+    work_root.mkdir()
+    environment = {**os.environ, "GRADER_SANDBOX": "bwrap", "GRADER_WORK_ROOT": str(work_root),
+                   "GRADER_CHILD_TIMEOUT_S": "300"}
+    process = subprocess.Popen(  # noqa: S603 - argv list
+        [sys.executable, "-m", "grader", "check", str(HOSTILE_DIR / "infinite_loop.py"), "--device", "cpu",
+         "--json", str(tmp_path / "result.json"), "--quiet"],
+        env=environment, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True)
+    try:
+        grader, child, inside = None, None, []
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and child is None:
+            time.sleep(0.5)
+            for descendant in psutil.Process(process.pid).children(recursive=True):
+                line = " ".join(_cmdline(descendant))
+                if "-m grader check" in line:
+                    grader = descendant
+                elif "check_child.py" in line and "bwrap" not in line:
+                    child = descendant
+        assert grader is not None and child is not None, "the grading never reached its check child"
+        time.sleep(2)  # into the submission's endless call
+        inside = os.listdir(f"/proc/{grader.pid}/root{work_root}")  # the grader's own view: its tmpfs
+        assert any(name.startswith("grading-") for name in inside), inside
+        assert list(work_root.iterdir()) == [], "the grading folder must not be on the host's disk"
+        grader.kill()
+        process.wait(timeout=30)
+        gone, alive = psutil.wait_procs([child], timeout=15)
+        assert not alive, "the check child outlived its grader"
+        assert list(work_root.iterdir()) == [], "a folder outlived the killed grader"
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
 
 
 # ---- the grader survives -----------------------------------------------------------------------

@@ -204,3 +204,47 @@ def test_real_grader_passes_the_reference_and_fails_a_wrong_kernel(tmp_path: Pat
     assert wrong_body["status"] == "failed", (wrong_body["error"], wrong_body["grader_stderr"])
     assert any(not c["passed"] and not c["skipped"] for c in wrong_body["checks"])
     assert time.monotonic() - started < 300
+
+
+def test_an_upload_queued_behind_a_replaced_result_file_is_graded_in_its_usual_time(tmp_path: Path) -> None:
+    """One worker; a file that replaces done.json by a link to /dev/ptmx (which held a worker
+    for 1,800 s per attempt), then the reference. The hostile file ends as the submission's
+    error (tampered) within the child's limit plus a few seconds, and the reference, graded
+    next, is not held up beyond that (issue 29)."""
+    hostile = (REPOSITORY_ROOT / "tests" / "corpus" / "softmax_backward" / "hostile"
+               / "result_link_to_ptmx.py").read_text()
+    child_timeout_s = 60
+    hostile_bound_s = child_timeout_s + 30  # as tests/grader/test_hostile.py RESULT_FILE_BOUND_S
+    reference_bound_s = 150  # a grading of the reference on the CPU interpreter, loaded 2-core machine
+    env = _environment(grader_device="cpu", grader_timeout_s="1800", child_timeout_s=str(child_timeout_s))
+    with grader_serve(tmp_path, env) as base_url:
+        with httpx.Client(base_url=base_url, timeout=30) as client:
+            instructor = {"Authorization": f"Bearer {INSTRUCTOR_TOKEN}"}
+            token = client.post("/api/v1/students", json={"name": "hostile"},
+                                headers=instructor).json()["token"]
+            student = {"Authorization": f"Bearer {token}"}
+            ids = {}
+            started = time.monotonic()
+            for label, source in (("hostile", hostile), ("reference", REFERENCE.read_text())):
+                response = client.post("/api/v1/submissions", headers=student,
+                                       files={"file": (f"{label}.py", source.encode())})
+                assert response.status_code == 202, response.text
+                ids[label] = response.json()["id"]
+            finished_after: dict[str, float] = {}
+
+            def finished() -> dict[str, dict] | None:
+                bodies = {label: client.get(f"/api/v1/submissions/{i}", headers=instructor).json()
+                          for label, i in ids.items()}
+                for label, body in bodies.items():
+                    if body["status"] in {"passed", "failed", "error"}:
+                        finished_after.setdefault(label, time.monotonic() - started)
+                return bodies if len(finished_after) == len(ids) else None
+
+            bodies = wait_until(finished, timeout=hostile_bound_s + reference_bound_s + 60, interval=0.5,
+                                message="the hostile file and the reference behind it")
+    assert bodies["hostile"]["status"] == "error", bodies["hostile"]
+    assert bodies["hostile"]["error"]["kind"] == "tampered", bodies["hostile"]["error"]
+    assert bodies["reference"]["status"] == "passed", (bodies["reference"]["error"],
+                                                       bodies["reference"]["grader_stderr"])
+    assert finished_after["hostile"] < hostile_bound_s, finished_after
+    assert finished_after["reference"] < hostile_bound_s + reference_bound_s, finished_after

@@ -10,7 +10,7 @@ Keys: verdict (passed|failed|error), error_kind, exit (override exit code), slee
 sleep_once (path: sleep an hour unless the path exists; creates it), kill (SIGKILL itself),
 garbage (print non-JSON), speedup (benchmark headline), log_bytes (size of the child log), log_omitted (bytes the
 grader says it already cut from that log),
-stderr_bytes, record (path: write argv, env names and cwd there as JSON), bench_rows (with
+stderr_bytes, record (path: write argv, env names, GRADER_WORK_ROOT and cwd there as JSON), bench_rows (with
 speedup: that many benchmark rows shaped as grader/benchmark/score.py writes them: impls with
 graph medians, floor_s_min, scope), html (1: the check message, error message, traceback and
 captured output carry HTML and <script> tags, for the pages' escaping tests), nan (1: the
@@ -52,6 +52,7 @@ def main() -> int:
         Path(options["record"]).write_text(json.dumps({
             "argv": sys.argv, "env": sorted(os.environ), "cwd": os.getcwd(), "pid": os.getpid(),
             "source_name": source_path.name, "stdin_is_devnull": _stdin_is_devnull(),
+            "work_root": os.environ.get("GRADER_WORK_ROOT"),
         }))
     if "runs" in options:
         with open(options["runs"], "a") as runs:

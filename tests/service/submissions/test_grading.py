@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -99,6 +100,19 @@ def test_command_environment_and_file_name(tmp_path, monkeypatch) -> None:
         assert name not in seen["env"]
     assert "GRADER_SANDBOX" in seen["env"]
     assert seen["stdin_is_devnull"]
+    assert seen["work_root"] == str(Path(seen["cwd"]) / "work")
+    assert not Path(seen["cwd"]).exists(), "the grading's private folder must be removed after it"
+
+
+def test_a_killed_graders_folders_are_removed_by_the_worker(tmp_path) -> None:
+    """SIGKILL leaves the grader no chance to clean up: the worker removes its private folder,
+    grading folders (GRADER_WORK_ROOT) included."""
+    record = tmp_path / "record.json"
+    with pytest.raises(InfrastructureFailure, match="killed by SIGKILL"):
+        grade(f"record={record} kill=1", grader_device="cpu")
+    seen = json.loads(record.read_text())
+    assert seen["work_root"] == str(Path(seen["cwd"]) / "work")
+    assert not Path(seen["cwd"]).exists()
 
 
 def test_a_grader_started_ahead_gets_its_job_on_stdin(tmp_path, monkeypatch) -> None:
@@ -118,6 +132,8 @@ def test_a_grader_started_ahead_gets_its_job_on_stdin(tmp_path, monkeypatch) -> 
     assert seen["pid"] == warm.process.pid and seen["source_name"] == "softmax_backward.py"
     assert seen["argv"][1:] == ["--job-on-stdin", "--json", "-", "--device", "cpu", "--benchmark", "auto"]
     assert "GRADER_INSTRUCTOR_TOKEN" not in seen["env"] and seen["stdin_is_devnull"]
+    # Its grading folders (the mount point of its tmpfs) in its private folder, removed with it.
+    assert seen["work_root"] == str(warm.root / "work") and seen["cwd"] == str(warm.root)
     assert not warm.root.exists()
 
 
