@@ -304,8 +304,8 @@ def _print_regrade(console: Console, regrade: RegradeRead) -> None:
         table.add_row(
             str(row.submission_id), row.student_name,
             before.status if before else "-", after.status + (" *" if row.verdict_changed else ""),
-            f"{before.score.total:g}" if before and before.score else "-",
-            f"{after.score.total:g}" if after.score else "-",
+            before.score.text if before and before.score else "-",
+            after.score.text if after.score else "-",
             (before.grader_version or "-") if before else "-", after.grader_version or "-")
     console.print(table)
 
@@ -375,7 +375,7 @@ def _leaderboard(client: ServiceClient, args: argparse.Namespace, console: Conso
     for row in board.rows:
         table.add_row(str(row.rank or "-"), row.student_name or "", str(row.submission_id or ""),
                       "" if row.headline_speedup is None else f"{row.headline_speedup:.4g}",
-                      "" if row.score is None else f"{row.score.total:g}", row.reason or "")
+                      "" if row.score is None else row.score.text, row.reason or "")
     console.print(table)
     return data
 

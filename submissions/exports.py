@@ -24,9 +24,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 
-from submissions import assignments, audit, repository, standings
+from submissions import audit, grades, repository, standings
 from submissions.models import TERMINAL_STATUSES, Submission, SubmissionStatus
-from submissions.scoring import ZERO, PointsPolicy, score
+from submissions.scoring import WITHHELD_LATE, ZERO, PointsPolicy, Score
 
 LMS_COLUMNS = (
     "student_id", "name", "email", "id", "submissions", "late_submissions",
@@ -42,61 +42,46 @@ def _points(value: float) -> str:
 
 def lms_csv(session: Session, *, assignment: str, actor: audit.Actor, now: dt.datetime) -> str:
     """The LMS gradebook CSV of `assignment` (LMS_COLUMNS, one row per student in id order);
-    the export is recorded in the audit log.
+    the export is recorded in the audit log. Every number is the board's grade
+    (submissions/standings.py, submissions/scoring.py): what the leaderboard, the pages and
+    the CLI show.
 
-    ``status`` is ``ranked``, ``unranked`` (final phase: failed or pending in the final
-    run, or not in it; ``reason`` says which), ``no_passing_submission`` or
-    ``no_submission``; ``ranking`` is ``provisional`` or ``final``.
+    ``status`` is ``ranked``, ``unranked`` (late, disqualified, or the final run's reason;
+    ``reason`` says which), ``no_passing_submission`` or ``no_submission``; ``ranking`` is
+    ``provisional`` or ``final``; ``late_score`` is what the best late passing submission
+    earned before the late policy.
 
     Raises:
         UnknownAssignment: not in the manifest.
     """
     board = standings.board(session, assignment=assignment, now=now)
-    policy = assignments.points_policy(board.assignment)
-    counts = repository.submission_counts(session, assignment=assignment)
-    provisional = {e.student_id: e for e in
-                   repository.best_passing_submissions(session, assignment=assignment)}
-    late_best = {e.student_id: e for e in
-                 repository.best_passing_submissions(session, assignment=assignment, late=True)}
+    policy = board.rules.policy
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(LMS_COLUMNS)
     students = repository.list_students(session)
     for student in students:
-        count = counts.get(student.id)
         standing = board.of_student(student.id)
-        late = late_best.get(student.id)
+        assert standing is not None  # noqa: S101 - the board has every enrolled student
+        grade = standing.grade
+        parts = grade.counted if grade is not None else ZERO
+        late = grade is not None and grade.withheld == WITHHELD_LATE
         row: dict[str, Any] = {
             "student_id": student.id, "name": student.name, "email": student.email or "",
             "id": student.external_id or "",
-            "submissions": count.total if count else 0,
-            "late_submissions": count.late if count else 0,
-            "disqualified_submissions": count.disqualified if count else 0,
-            "max_score": _points(policy.max_total), "ranking": board.phase,
-            "late_submission_id": late.submission_id if late else "",
-            "late_score": _points(score(policy, passed=True, headline=late.headline_speedup)
-                                  .total) if late else "",
+            "submissions": standing.counts.total, "late_submissions": standing.counts.late,
+            "disqualified_submissions": standing.counts.disqualified,
+            "status": standing.status, "submission_id": standing.submission_id or "",
+            "correctness_points": _points(parts.correctness),
+            "speed_points": _points(parts.speed), "score": _points(parts.total),
+            "max_score": _points(policy.max_total),
+            "ranked_speedup": "" if standing.headline_speedup is None
+            else f"{standing.headline_speedup:.6g}",
+            "rank": standing.rank or "", "ranking": board.phase,
+            "reason": standing.reason or "",
+            "late_submission_id": standing.submission_id if late else "",
+            "late_score": _points(grade.earned.total) if late else "",
         }
-        parts = ZERO
-        if standing is not None:
-            parts = standing.score
-            row |= {"status": "ranked" if standing.rank is not None else "unranked",
-                    "submission_id": standing.submission_id,
-                    "ranked_speedup": "" if standing.headline_speedup is None
-                    else f"{standing.headline_speedup:.6g}",
-                    "rank": standing.rank or "", "reason": standing.reason or ""}
-        elif student.id in provisional:  # final phase, not in the final run
-            entry = provisional[student.id]
-            parts = score(policy, passed=True, headline=None)
-            row |= {"status": "unranked", "submission_id": entry.submission_id,
-                    "reason": "not in the final ranking run (a later change; start a new "
-                              "final run to rank it)"}
-        elif count and count.total:
-            row |= {"status": "no_passing_submission"}
-        else:
-            row |= {"status": "no_submission"}
-        row |= {"correctness_points": _points(parts.correctness),
-                "speed_points": _points(parts.speed), "score": _points(parts.total)}
         writer.writerow([row.get(column, "") for column in LMS_COLUMNS])
     audit.record(session, actor=actor, action="export.lms", now=now, target_type="assignment",
                  target_id=assignment, assignment=assignment,
@@ -155,23 +140,30 @@ def gradescope_results(
     Raises:
         UnknownAssignment: the submission's assignment left the manifest.
     """
-    row = assignments.load(session, name=submission.assignment, now=now)
-    policy = assignments.points_policy(row)
+    rules = grades.rules(session, assignment=submission.assignment, now=now,
+                         student_id=submission.student_id)
+    policy = rules.policy
     grading = submission.current_grading
     finished = grading is not None and grading.status in TERMINAL_STATUSES
     passed = finished and grading.status == SubmissionStatus.PASSED
     headline = grading.headline_speedup if grading is not None else None
-    parts = score(policy, passed=passed, headline=headline)
+    grade = rules.grade_of(submission)
+    parts = grade.counted if grade is not None else ZERO
+    late = rules.submission_late(submission)
     notes = []
     if submission.disqualified_at is not None:
-        parts = ZERO
         notes.append(f"Disqualified: {submission.disqualified_reason}")
-    if submission.is_late:
-        notes.append("Submitted after the due date: marked late, never ranked.")
+    if late:
+        due = rules.due_for(submission.student_id)
+        notes.append(f"Submitted after the due date in force ({due.isoformat() if due else ''}):"
+                     " late, never ranked.")
+    if grade is not None and grade.withheld:
+        notes.append(f"Score: {grade.text()}")
     status_line = (f"{submission.assignment}: {grading.status if grading else 'unknown'}"
                    + (f" ({grading.error_kind}: {grading.error_message})"
                       if grading is not None and grading.error_kind else ""))
-    tests = [_correctness_test(policy, passed and submission.disqualified_at is None, grading)]
+    tests = [_correctness_test(policy, parts, passed and grade is not None
+                               and grade.withheld is None, grading)]
     for check in (grading.checks if grading is not None else []):
         tests.append(GradescopeTest(
             name=f"check {check.name}", score=0, max_score=0,
@@ -192,11 +184,12 @@ def gradescope_results(
         output="\n".join([status_line, *notes]),
         tests=tests,
         leaderboard=[GradescopeLeaderboardEntry(name="speedup", value=headline)]
-        if headline is not None and submission.disqualified_at is None else [],
+        if headline is not None and grade is not None and grade.withheld is None else [],
         extra_data={"submission_id": submission.id,
                     "grading_id": grading.id if grading else None,
                     "grader_version": grading.grader_version if grading else None,
-                    "late": submission.is_late,
+                    "late": late,
+                    "score_before_late_policy": grade.earned.total if grade else None,
                     "disqualified": submission.disqualified_at is not None},
     )
     if actor is not None:
@@ -206,12 +199,13 @@ def gradescope_results(
     return results
 
 
-def _correctness_test(policy: PointsPolicy, passed: bool, grading: Any) -> GradescopeTest:
+def _correctness_test(policy: PointsPolicy, parts: Score, passed: bool,
+                      grading: Any) -> GradescopeTest:
     checks = grading.checks if grading is not None else []
     ran = [c for c in checks if not c.skipped]
     return GradescopeTest(
         name="correctness (every check passes)",
-        score=policy.correctness_points if passed else 0,
+        score=parts.correctness,
         max_score=policy.correctness_points,
         status="passed" if passed else "failed",
         output=f"{sum(1 for c in ran if c.passed)} of {len(ran)} checks that ran passed"

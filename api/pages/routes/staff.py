@@ -143,10 +143,8 @@ def read_regrade(request: Request, regrade_id: Annotated[int, Path(ge=1, le=MAX_
                  done: str | None = None) -> Response:
     """The preview: old and new grading side by side; apply or discard once decided."""
     preview = regrades.preview(session, batch_id=regrade_id)
-    policy = assignments.points_policy(
-        assignments.load(session, name=preview.batch.assignment, now=now))
     return render(request, "regrade.html", viewer=viewer,
-                  batch=regrade_read(preview, policy, left_out_busy=left_out_busy), done=done)
+                  batch=regrade_read(preview, left_out_busy=left_out_busy), done=done)
 
 
 @router.post("/staff/regrades/{regrade_id}/apply")

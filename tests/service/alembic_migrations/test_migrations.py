@@ -26,6 +26,7 @@ from submissions.models import Base
 from ..conftest import DatabaseServer
 
 EXPECTED_TABLES = {"students", "submissions", "check_verdicts", "worker_heartbeats", "gradings",
+                   "extensions",
                    "regrade_batches", "final_runs", "assignments", "staff_members",
                    "audit_events"}
 
