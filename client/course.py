@@ -14,6 +14,10 @@
                       [--submission ID ...]                            (create; prints id)
     grader course regrade-show ID | regrade-apply ID | regrade-discard ID
     grader course disqualify SUBMISSION --reason TEXT | restore SUBMISSION [--reason TEXT]
+    grader course extend NAME STUDENT_ID (--due T | --days N) --reason TEXT  (instructor)
+    grader course revoke-extension NAME STUDENT_ID                     (instructor)
+    grader course extensions NAME
+    grader course import-extensions NAME EXTENSIONS.csv                (instructor)
     grader course final-run NAME [--start]                             (start: instructor)
     grader course leaderboard NAME
     grader course export-lms NAME --output grades.csv
@@ -42,6 +46,8 @@ from api.schemas import (
     AssignmentList,
     AssignmentRead,
     AuditLog,
+    ExtensionList,
+    ExtensionRead,
     FinalRunRead,
     Leaderboard,
     RegradeRead,
@@ -123,6 +129,26 @@ def build_parser() -> argparse.ArgumentParser:
     student.add_argument("name")
     student.add_argument("--email")
     student.add_argument("--id", dest="external_id", help="the institution's student id")
+
+    extend = commands.add_parser("extend", help="grant or replace a student's extension "
+                                 "(instructor; audited)")
+    extend.add_argument("name")
+    extend.add_argument("student_id", type=int)
+    terms = extend.add_mutually_exclusive_group(required=True)
+    terms.add_argument("--due", type=_moment, help="the student's own due date, e.g. "
+                       "2026-12-18T23:59:00Z")
+    terms.add_argument("--days", type=float, help="extra days past the class-wide due date")
+    extend.add_argument("--reason", required=True)
+    revoke = commands.add_parser("revoke-extension", help="revoke a student's extension "
+                                 "(instructor; audited)")
+    revoke.add_argument("name")
+    revoke.add_argument("student_id", type=int)
+    listing = commands.add_parser("extensions", help="the extensions of an assignment")
+    listing.add_argument("name")
+    imported = commands.add_parser("import-extensions", help="grant extensions from a CSV "
+                                   "(student_id|email|id|name, due_at|extra_days, reason)")
+    imported.add_argument("name")
+    imported.add_argument("file", type=Path)
 
     staff = commands.add_parser("add-staff", help="create a staff account (instructor)")
     staff.add_argument("name")
@@ -395,6 +421,53 @@ def _gradescope(client: ServiceClient, args: argparse.Namespace, console: Consol
     return None
 
 
+def _print_extensions(console: Console, title: str, rows: list[ExtensionRead]) -> None:
+    table = Table(title=title)
+    for column in ("student", "due in force", "terms", "reason", "granted by"):
+        table.add_column(column, overflow="fold")
+    for e in rows:
+        terms = f"until {_utc(e.due_at)}" if e.due_at else f"+{e.extra_days:g} days"
+        table.add_row(f"{e.student_name} ({e.student_id})", _utc(e.due_in_force), terms,
+                      e.reason, e.granted_by)
+    console.print(table)
+
+
+def _extend(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
+    body = {"due_at": args.due, "extra_days": args.days, "reason": args.reason}
+    data = client.request("PUT", f"/api/v1/assignments/{args.name}/extensions/"
+                          f"{args.student_id}", json=body).json()
+    extension = ExtensionRead.model_validate(data)
+    console.print(f"{extension.student_name} ({extension.student_id}) is now due "
+                  f"{_utc(extension.due_in_force)} for {args.name}", highlight=False)
+    return data
+
+
+def _revoke_extension(client: ServiceClient, args: argparse.Namespace,
+                      console: Console) -> Any:
+    client.request("DELETE", f"/api/v1/assignments/{args.name}/extensions/{args.student_id}",
+                   expect=(204,))
+    console.print(f"extension of student {args.student_id} for {args.name} revoked; the "
+                  "class-wide due date applies", highlight=False)
+    return None
+
+
+def _extensions(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
+    data = client.get_json(f"/api/v1/assignments/{args.name}/extensions")
+    _print_extensions(console, f"{args.name} extensions",
+                      ExtensionList.model_validate(data).extensions)
+    return data
+
+
+def _import_extensions(client: ServiceClient, args: argparse.Namespace,
+                       console: Console) -> Any:
+    data = client.request("POST", f"/api/v1/assignments/{args.name}/extensions/import",
+                          content=args.file.read_bytes(),
+                          headers={"Content-Type": "text/csv"}).json()
+    _print_extensions(console, f"{args.name}: extensions granted",
+                      ExtensionList.model_validate(data).extensions)
+    return data
+
+
 def _audit(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
     data = client.get_json("/api/v1/audit", params={"limit": args.limit})
     table = Table(title="audit log")
@@ -414,6 +487,8 @@ HANDLERS = {
     "rotate-token": _rotate, "regrade": _regrade, "regrade-show": _regrade_verb("show"),
     "regrade-apply": _regrade_verb("apply"), "regrade-discard": _regrade_verb("discard"),
     "disqualify": _disqualify, "restore": _restore, "final-run": _final_run,
+    "extend": _extend, "revoke-extension": _revoke_extension, "extensions": _extensions,
+    "import-extensions": _import_extensions,
     "leaderboard": _leaderboard, "export-lms": _export_lms, "gradescope": _gradescope,
     "audit": _audit,
 }

@@ -1,11 +1,12 @@
 """Assignments: their settings (dates, late policy, limits, leaderboard visibility, points),
-the final ranking run, and the LMS grade export."""
+students' extensions, the final ranking run, and the grade exports."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, status
 from fastapi.responses import Response
 
+from api.bodies import CSV_OPENAPI, CsvBody
 from api.deps import (
     CurrentPrincipal,
     InstructorOnly,
@@ -14,20 +15,31 @@ from api.deps import (
     SettingsDep,
     StaffOnly,
 )
-from api.params import AssignmentName
-from api.presenters import grading_finished
+from api.params import AssignmentName, StudentId
+from api.presenters import extension_read, grading_finished
 from api.schemas import (
     AssignmentList,
     AssignmentRead,
     AssignmentUpdate,
     ErrorResponse,
+    ExtensionGrant,
+    ExtensionList,
+    ExtensionRead,
     FinalRunRead,
     FinalRunRow,
 )
 from api.views import assignment_view
 from grader.manifest import MANIFESTS
-from submissions import assignments, exports, final_runs, repository, standings
-from submissions.models import FinalRun, Grading
+from submissions import (
+    assignments,
+    exports,
+    extensions,
+    final_runs,
+    grades,
+    repository,
+    standings,
+)
+from submissions.models import Extension, FinalRun, Grading
 
 router = APIRouter(prefix="/api/v1/assignments", tags=["assignments"])
 
@@ -116,3 +128,70 @@ def export_lms(name: AssignmentName, principal: StaffOnly, session: SessionDep,
     text = exports.lms_csv(session, assignment=name, actor=principal.actor, now=now)
     return Response(text, media_type="text/csv; charset=utf-8",
                     headers={"Content-Disposition": f'attachment; filename="grades-{name}.csv"'})
+
+
+# --------------------------------------------------------------------------- extensions
+
+
+def _extension_read(session, name: str, extension: Extension, now) -> ExtensionRead:  # noqa: ANN001
+    rules = grades.rules(session, assignment=name, now=now, student_id=extension.student_id)
+    return extension_read(extension, student_name=extension.student.name,
+                          due_at=rules.due_for(extension.student_id))
+
+
+_EXTENSION_ERRORS = {**_UNKNOWN, 403: {"model": ErrorResponse,
+                                       "description": "instructor_required"}}
+
+
+@router.get("/{name}/extensions", response_model=ExtensionList, responses=_UNKNOWN)
+def list_extensions(name: AssignmentName, _: StaffOnly, session: SessionDep,
+                    now: NowDep) -> ExtensionList:
+    """Every student's extension of the assignment, with the due date it puts in force
+    (staff)."""
+    return ExtensionList(extensions=[
+        _extension_read(session, name, e, now)
+        for e in extensions.list_extensions(session, assignment=name)])
+
+
+@router.put("/{name}/extensions/{student_id}", response_model=ExtensionRead,
+            responses={**_EXTENSION_ERRORS,
+                       404: {"model": ErrorResponse, "description": "student_not_found"}})
+def grant_extension(name: AssignmentName, student_id: StudentId, body: ExtensionGrant,
+                    principal: InstructorOnly, session: SessionDep,
+                    now: NowDep) -> ExtensionRead:
+    """Grant or replace a student's extension (instructors): a new due date, or extra days
+    past the class-wide one, and the reason. Lateness and grades of the student's uploads
+    are derived again everywhere at once. Audited (old and new terms)."""
+    extension = extensions.grant(
+        session, assignment=name, student_id=student_id,
+        terms=extensions.ExtensionTerms(due_at=body.due_at, extra_days=body.extra_days,
+                                        reason=body.reason),
+        actor=principal.actor, now=now)
+    return _extension_read(session, name, extension, now)
+
+
+@router.delete("/{name}/extensions/{student_id}", status_code=status.HTTP_204_NO_CONTENT,
+               responses={**_EXTENSION_ERRORS,
+                          404: {"model": ErrorResponse, "description": "extension_not_found"}})
+def revoke_extension(name: AssignmentName, student_id: StudentId, principal: InstructorOnly,
+                     session: SessionDep, now: NowDep) -> Response:
+    """Revoke a student's extension (instructors); the class-wide due date applies to them
+    again. Audited."""
+    extensions.revoke(session, assignment=name, student_id=student_id, actor=principal.actor,
+                      now=now)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post("/{name}/extensions/import", response_model=ExtensionList,
+             openapi_extra=CSV_OPENAPI,
+             responses={**_EXTENSION_ERRORS, 422: {
+                 "model": ErrorResponse, "description": "extensions_csv_invalid: nothing "
+                 "changed; `errors` lists every problem with its line"}})
+def import_extensions(name: AssignmentName, text: CsvBody, principal: InstructorOnly,
+                      session: SessionDep, now: NowDep) -> ExtensionList:
+    """Grant a class's accommodations from a CSV (instructors): columns `student_id`,
+    `email`, `id` or `name` (the student), `due_at` or `extra_days`, `reason`. All or
+    nothing."""
+    granted = extensions.import_csv(session, assignment=name, text=text,
+                                    actor=principal.actor, now=now)
+    return ExtensionList(extensions=[_extension_read(session, name, e, now) for e in granted])
