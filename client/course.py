@@ -2,7 +2,8 @@
 ``--server`` / ``--token`` or GRADER_SERVER / GRADER_TOKEN, as for students).
 
     grader course show [NAME]                  assignments and their settings
-    grader course set NAME [--opens T] [--due T] [--late-policy refuse|mark_late]
+    grader course set NAME [--opens T] [--due T [--confirm-past-due]]
+                      [--late-policy refuse|mark_late]
                       [--max-submissions N|none] [--rate-limit N/SECONDS|default]
                       [--leaderboard visible|hidden] [--correctness-points P]
                       [--speed-points "1.0:10,1.5:20"|none]            (instructor)
@@ -21,6 +22,9 @@
     grader course final-run NAME [--start]                             (start: instructor)
     grader course leaderboard NAME
     grader course export-lms NAME --output grades.csv
+    grader course export-canvas --output grades.csv | export-moodle --output grades.csv
+                                                       (every assignment in one file)
+    grader course gradescope-class NAME --output results.json     (every student)
     grader course gradescope SUBMISSION --output results.json
     grader course audit [--limit N]
 
@@ -111,6 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="open date, e.g. 2026-12-01T00:00:00Z; none")
     change.add_argument("--due", type=_moment, default=argparse.SUPPRESS,
                         help="due date, e.g. 2026-12-15T23:59:00Z; none")
+    change.add_argument("--confirm-past-due", action="store_true",
+                        help="set a due date that has already passed")
     change.add_argument("--late-policy", choices=["refuse", "mark_late"])
     change.add_argument("--max-submissions", type=_limit, default=argparse.SUPPRESS,
                         help="N, or none")
@@ -186,6 +192,14 @@ def build_parser() -> argparse.ArgumentParser:
     lms.add_argument("name")
     lms.add_argument("--output", type=Path, required=True)
 
+    for kind in ("canvas", "moodle"):
+        gradebook = commands.add_parser(f"export-{kind}", help=f"every assignment's grades in "
+                                        f"one CSV for {kind.title()}'s gradebook import")
+        gradebook.add_argument("--output", type=Path, required=True)
+    everyone = commands.add_parser("gradescope-class", help="every student's Gradescope "
+                                   "results.json of one assignment")
+    everyone.add_argument("name")
+    everyone.add_argument("--output", type=Path, required=True)
     gradescope = commands.add_parser("gradescope", help="one submission as Gradescope results.json")
     gradescope.add_argument("submission", type=int)
     gradescope.add_argument("--output", type=Path, required=True)
@@ -265,7 +279,9 @@ def _set(client: ServiceClient, args: argparse.Namespace, console: Console) -> A
         body["correctness_points"] = args.correctness_points
     if args.speed_points is not None:
         body["speed_points"] = args.speed_points
-    data = client.request("PATCH", f"/api/v1/assignments/{args.name}", json=body).json()
+    data = client.request("PATCH", f"/api/v1/assignments/{args.name}", json=body,
+                          params={"confirm_past_due": "true"} if args.confirm_past_due
+                          else None).json()
     _print_assignment(console, AssignmentRead.model_validate(data))
     return data
 
@@ -413,6 +429,24 @@ def _export_lms(client: ServiceClient, args: argparse.Namespace, console: Consol
     return None
 
 
+def _export_gradebook(kind: str):  # noqa: ANN202 - a handler
+    def handler(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
+        text = client.request("GET", f"/api/v1/assignments/export/{kind}").text
+        args.output.write_text(text)
+        console.print(f"{kind.title()} gradebook written to {args.output}")
+        return None
+    return handler
+
+
+def _gradescope_class(client: ServiceClient, args: argparse.Namespace,
+                      console: Console) -> Any:
+    data = client.get_json(f"/api/v1/assignments/{args.name}/export/gradescope")
+    args.output.write_text(json.dumps(data, indent=2))
+    console.print(f"Gradescope results of {len(data['students'])} student(s) written to "
+                  f"{args.output}")
+    return None
+
+
 def _gradescope(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
     data = client.get_json(f"/api/v1/submissions/{args.submission}/gradescope")
     args.output.write_text(json.dumps(data, indent=2) + "\n")
@@ -490,5 +524,7 @@ HANDLERS = {
     "extend": _extend, "revoke-extension": _revoke_extension, "extensions": _extensions,
     "import-extensions": _import_extensions,
     "leaderboard": _leaderboard, "export-lms": _export_lms, "gradescope": _gradescope,
+    "export-canvas": _export_gradebook("canvas"), "export-moodle": _export_gradebook("moodle"),
+    "gradescope-class": _gradescope_class,
     "audit": _audit,
 }

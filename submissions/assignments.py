@@ -25,6 +25,7 @@ from submissions.errors import (
     AssignmentClosed,
     AssignmentNotOpen,
     AssignmentSettingsInvalid,
+    DueDateInPast,
     UnknownAssignment,
 )
 from submissions.models import Assignment, LatePolicy
@@ -118,6 +119,7 @@ def update(
     changes: Mapping[str, Any],
     actor: audit.Actor,
     now: dt.datetime,
+    confirm_past_due: bool = False,
 ) -> Assignment:
     """Apply `changes` (column -> new value; only keys of EDITABLE) to the settings of
     `name`, check that the result is consistent, and record the change in the audit log
@@ -130,6 +132,7 @@ def update(
         UnknownAssignment: `name` is not in the manifest.
         AssignmentSettingsInvalid: an unknown field, a naive time, ``opens_at`` not before
             ``due_at``, or thresholds that are not ascending.
+        DueDateInPast: a new ``due_at`` before `now` without `confirm_past_due`.
     """
     row = load(session, name=name, now=now)
     unknown = set(changes) - EDITABLE
@@ -163,6 +166,11 @@ def update(
         ]
     opens_at = values.get("opens_at", row.opens_at)
     due_at = values.get("due_at", row.due_at)
+    if (values.get("due_at") is not None and values["due_at"] != row.due_at
+            and lateness.is_late(now, values["due_at"]) and not confirm_past_due):
+        raise DueDateInPast(
+            f"the new due date {iso_utc(values['due_at'])} is in the past; every upload after "
+            "it becomes late at once. Confirm to set it anyway", due_at=iso_utc(values["due_at"]))
     if opens_at is not None and due_at is not None and opens_at >= due_at:
         raise AssignmentSettingsInvalid("opens_at must be before due_at",
                                         opens_at=opens_at, due_at=due_at)

@@ -380,3 +380,12 @@ class ExtensionsCsvInvalid(DomainError):
 
     code = "extensions_csv_invalid"
     http_status = 422
+
+
+class DueDateInPast(DomainError):
+    """A new due date before now was sent without confirming it (`details`: `due_at`);
+    send it again confirmed (``confirm_past_due``) if it is meant: every upload after it
+    becomes late at once."""
+
+    code = "due_date_in_past"
+    http_status = 409

@@ -3,7 +3,9 @@ students' extensions, the final ranking run, and the grade exports."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, status
+from typing import Annotated
+
+from fastapi import APIRouter, Query, status
 from fastapi.responses import Response
 
 from api.bodies import CSV_OPENAPI, CsvBody
@@ -65,13 +67,20 @@ def read_assignment(name: AssignmentName, principal: CurrentPrincipal, session: 
 
 @router.patch("/{name}", response_model=AssignmentRead,
               responses={**_UNKNOWN, 403: {"model": ErrorResponse,
-                                           "description": "instructor_required"}})
-def update_assignment(name: AssignmentName, body: AssignmentUpdate, principal: InstructorOnly,
-                      session: SessionDep, settings: SettingsDep, now: NowDep) -> AssignmentRead:
+                                           "description": "instructor_required"},
+                         409: {"model": ErrorResponse, "description": "due_date_in_past"}})
+def update_assignment(
+    name: AssignmentName, body: AssignmentUpdate, principal: InstructorOnly,
+    session: SessionDep, settings: SettingsDep, now: NowDep,
+    confirm_past_due: Annotated[bool, Query(
+        description="set a due date that has already passed (else 409 due_date_in_past)")] = False,
+) -> AssignmentRead:
     """Change settings (instructors). Only the fields sent change; `null` clears a date or
-    a limit. Recorded in the audit log with the old and new values."""
+    a limit. A new due date in the past needs `confirm_past_due=true`. Recorded in the
+    audit log with the old and new values; lateness and grades follow at once."""
     changes = body.model_dump(exclude_unset=True)
-    assignments.update(session, name=name, changes=changes, actor=principal.actor, now=now)
+    assignments.update(session, name=name, changes=changes, actor=principal.actor, now=now,
+                       confirm_past_due=confirm_past_due)
     return assignment_view(session, name=name, principal=principal, settings=settings, now=now)
 
 
@@ -195,3 +204,38 @@ def import_extensions(name: AssignmentName, text: CsvBody, principal: Instructor
     granted = extensions.import_csv(session, assignment=name, text=text,
                                     actor=principal.actor, now=now)
     return ExtensionList(extensions=[_extension_read(session, name, e, now) for e in granted])
+
+
+# ------------------------------------------------------------------ course-wide exports
+
+
+def _csv_download(text: str, filename: str) -> Response:
+    return Response(text, media_type="text/csv; charset=utf-8",
+                    headers={"Content-Disposition": f'attachment; filename="{filename}"'})
+
+
+@router.get("/export/canvas", response_class=Response, responses={
+    200: {"content": {"text/csv": {}}, "description": "Student,ID,SIS User ID,SIS Login ID,"
+          "Section, then one column per assignment; the second row is Points Possible"}})
+def export_canvas(principal: StaffOnly, session: SessionDep, now: NowDep) -> Response:
+    """Every assignment's grade in one CSV for Canvas's gradebook import (staff; audited)."""
+    return _csv_download(exports.canvas_csv(session, actor=principal.actor, now=now),
+                         "grades-canvas.csv")
+
+
+@router.get("/export/moodle", response_class=Response, responses={
+    200: {"content": {"text/csv": {}}, "description": "Full name,Email address,ID number, "
+          "then NAME (Real) and Feedback: NAME per assignment"}})
+def export_moodle(principal: StaffOnly, session: SessionDep, now: NowDep) -> Response:
+    """Every assignment's grade in one CSV for Moodle's grade import (staff; audited)."""
+    return _csv_download(exports.moodle_csv(session, actor=principal.actor, now=now),
+                         "grades-moodle.csv")
+
+
+@router.get("/{name}/export/gradescope", response_model=exports.GradescopeClassExport,
+            responses=_UNKNOWN)
+def export_gradescope_class(name: AssignmentName, principal: StaffOnly, session: SessionDep,
+                            now: NowDep) -> exports.GradescopeClassExport:
+    """Every enrolled student's Gradescope results.json for the assignment: that of the
+    submission their grade comes from (staff; audited)."""
+    return exports.gradescope_class(session, assignment=name, actor=principal.actor, now=now)

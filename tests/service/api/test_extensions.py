@@ -10,6 +10,7 @@ import csv
 import datetime as dt
 import functools
 import io
+import json
 import re
 
 import httpx
@@ -111,6 +112,30 @@ def _everywhere(client, cli, page, tmp_path, *, submission_id, token, student_id
                           f"{lms['score']} of {lms['max_score']}"
                           + (f" ({lms['late_score']} before the late policy)"
                              if lms["late_score"] else ""))
+    canvas_file, moodle_file = tmp_path / "canvas.csv", tmp_path / "moodle.csv"
+    cli(course_cli.main, ["export-canvas", "--output", str(canvas_file)], INSTRUCTOR_TOKEN)
+    canvas = list(csv.DictReader(io.StringIO(canvas_file.read_text())))
+    assert canvas[0]["Student"] == "Points Possible" and canvas[0][NAME] == "100"
+    [canvas_row] = [r for r in canvas if r["Student"] == "ada"]
+    cli(course_cli.main, ["export-moodle", "--output", str(moodle_file)], INSTRUCTOR_TOKEN)
+    [moodle] = [r for r in csv.DictReader(io.StringIO(moodle_file.read_text()))
+                if r["Full name"] == "ada"]
+    assert moodle[f"{NAME} (Real)"] == canvas_row[NAME]
+    feedback = moodle[f"Feedback: {NAME}"]
+    seen["canvas and moodle exports"] = (feedback.startswith("0 of") and "late" in feedback,
+                                         feedback.split(";")[0])
+    class_file = tmp_path / "class.json"
+    cli(course_cli.main, ["gradescope-class", NAME, "--output", str(class_file)],
+        INSTRUCTOR_TOKEN)
+    [entry] = [e for e in json.loads(class_file.read_text())["students"]
+               if e["student_id"] == student_id]
+    results = entry["results"]
+    seen["gradescope class export"] = (
+        results["extra_data"]["late"],
+        f"{results['score']:g} of 100" + (
+            f" ({results['extra_data']['score_before_late_policy']:g} before the late policy)"
+            if results["extra_data"]["late"] else ""))
+    assert float(canvas_row[NAME]) == results["score"]
     gradescope = client.get(f"/api/v1/submissions/{submission_id}/gradescope",
                             headers=instructor_headers()).json()
     seen["gradescope"] = (gradescope["extra_data"]["late"],
@@ -140,11 +165,17 @@ def test_dates_and_extensions_move_lateness_and_the_grade_everywhere(
         assert seen == dict.fromkeys(seen, expected)
 
     check(late)
-    configure(client, due_at=DUE + dt.timedelta(days=2))  # later: the upload is on time
+    # A due date in the past needs a confirmation (the clock stands after every date here).
+    refused = client.patch(f"/api/v1/assignments/{NAME}", headers=instructor_headers(),
+                           json={"due_at": (DUE + dt.timedelta(days=2)).isoformat()})
+    assert refused.status_code == 409
+    assert refused.json()["error"]["code"] == "due_date_in_past"
+    check(late)
+    configure(client, due_at=DUE + dt.timedelta(days=2), confirm_past_due=True)  # later: on time
     check(on_time)
     assert client.get(f"/api/v1/assignments/{NAME}", headers=bearer(ada)).json()["you"][
         "due_at"] == "2026-12-17T23:59:00Z"
-    configure(client, due_at=DUE)  # earlier again: late
+    configure(client, due_at=DUE, confirm_past_due=True)  # earlier again: late
     check(late)
 
     granted = cli(course_cli.main, ["extend", NAME, str(ada_id), "--days", "1", "--reason",
@@ -154,9 +185,9 @@ def test_dates_and_extensions_move_lateness_and_the_grade_everywhere(
     mine = client.get(f"/api/v1/assignments/{NAME}", headers=bearer(ada)).json()["you"]
     assert mine == {**mine, "due_at": "2026-12-16T23:59:00Z", "extension": True}
     # Moving the class-wide date moves an extension given in days with it.
-    configure(client, due_at=DUE - dt.timedelta(days=1))
+    configure(client, due_at=DUE - dt.timedelta(days=1), confirm_past_due=True)
     check(late)
-    configure(client, due_at=DUE)
+    configure(client, due_at=DUE, confirm_past_due=True)
     check(on_time)
 
     cli(course_cli.main, ["revoke-extension", NAME, str(ada_id)], INSTRUCTOR_TOKEN)
