@@ -48,7 +48,7 @@ def check_terms(terms: ExtensionTerms) -> ExtensionTerms:
 
     Raises:
         ExtensionInvalid: neither or both of `due_at` and `extra_days`, a naive time, extra
-            days not in (0, 366], a blank or too long reason.
+            days not in (0, 366], a blank or too long reason, or one with a NUL character.
     """
     if (terms.due_at is None) == (terms.extra_days is None):
         raise ExtensionInvalid("give either a new due date or extra days (exactly one)")
@@ -60,6 +60,8 @@ def check_terms(terms: ExtensionTerms) -> ExtensionTerms:
     reason = (terms.reason or "").strip()
     if not reason or len(reason) > MAX_REASON_CHARS:
         raise ExtensionInvalid(f"a reason is required (at most {MAX_REASON_CHARS} characters)")
+    if "\x00" in reason:  # PostgreSQL text cannot hold NUL; refuse it on every database
+        raise ExtensionInvalid("the reason must not contain NUL characters")
     return ExtensionTerms(
         due_at=None if terms.due_at is None else terms.due_at.astimezone(dt.UTC),
         extra_days=terms.extra_days, reason=reason)

@@ -228,6 +228,7 @@ def test_an_extension_date_lets_a_refuse_policy_upload_through(client, db_sessio
     ({"reason": "x"}, "extension_invalid"),
     ({"due_at": "2026-12-16T12:00:00Z", "extra_days": 1, "reason": "x"}, "extension_invalid"),
     ({"extra_days": 1, "reason": "   "}, "extension_invalid"),
+    ({"extra_days": 1, "reason": "a\u0000b"}, "extension_invalid"),
 ])
 def test_extension_terms_are_checked(client, body, code) -> None:
     configure(client, due_at=DUE)
