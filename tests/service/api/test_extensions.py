@@ -242,7 +242,7 @@ def test_extension_terms_are_checked(client, body, code) -> None:
     assert missing.json()["error"]["code"] == "extension_not_found"
 
 
-def test_extensions_csv_reports_every_bad_row_then_imports_all(client) -> None:
+def test_extensions_csv_reports_every_bad_row_then_imports_all(client, cli, tmp_path) -> None:
     configure(client, due_at=DUE)
     for name in ("ada", "bob", "cy"):
         client.post("/api/v1/students", json={"name": name, "email": f"{name}@example.edu"},
@@ -267,3 +267,14 @@ def test_extensions_csv_reports_every_bad_row_then_imports_all(client) -> None:
     assert imported.status_code == 200, imported.text
     assert [(e["student_name"], e["due_in_force"]) for e in imported.json()["extensions"]] == [
         ("ada", "2026-12-17T23:59:00Z"), ("bob", "2026-12-20T00:00:00Z")]
+    # The same from the CLI: an import replaces earlier terms; the listing shows them.
+    again = tmp_path / "extensions.csv"
+    again.write_text("name,extra_days,reason\ncy,3,injury\nada,1,accommodation\n")
+    listed = cli(course_cli.main, ["import-extensions", NAME, str(again)], INSTRUCTOR_TOKEN)
+    assert "cy (3)" in listed and "+3 days" in listed
+    cells = [re.sub(r"\s+", " ", c).strip() for c in re.split(
+        r"[│┃]", cli(course_cli.main, ["extensions", NAME], INSTRUCTOR_TOKEN))]
+    assert ["ada (1)", "2026-12-16 23:59 UTC", "+1 days", "accommodation"] == cells[
+        cells.index("ada (1)"):cells.index("ada (1)") + 4]
+    assert ["bob (2)", "2026-12-20 00:00 UTC", "until 2026-12-20 00:00 UTC", "travel"] == cells[
+        cells.index("bob (2)"):cells.index("bob (2)") + 4]
