@@ -14,7 +14,7 @@ from fastapi.responses import Response
 
 from api.deps import NowDep, SessionDep
 from api.pages.rendering import PageRoute, redirect, render
-from api.pages.routes.staff import FormInvalid, validated
+from api.pages.routes.staff import FormInvalid, roster_page, validated
 from api.pages.routes.student import MAX_DB_INT
 from api.pages.security import CheckedForm, InstructorViewer, StaffViewer
 from api.presenters import extension_read
@@ -77,7 +77,6 @@ def import_roster(request: Request, viewer: InstructorViewer, checked: CheckedFo
                                         actor=viewer.principal.actor, now=now)
     except DomainError as exc:
         session.rollback()
-        from api.pages.routes.staff import roster_page
         return roster_page(request, viewer, session, now=now, assignment=None,
                            error=exc, roster_text=form.first("roster"))
     return Response(roster.tokens_csv(imported), media_type="text/csv; charset=utf-8",
