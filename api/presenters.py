@@ -11,6 +11,7 @@ from api.schemas import (
     CapturedLog,
     CheckVerdictRead,
     Disqualification,
+    ExtensionRead,
     FinalRunBrief,
     GradingBrief,
     GradingError,
@@ -27,10 +28,13 @@ from api.schemas import (
     SubmissionSummary,
 )
 from grader.manifest import get_manifest
+from submissions.grades import AssignmentRules
+from submissions.lateness import is_late
 from submissions.models import (
     TERMINAL_STATUSES,
     Assignment,
     CheckVerdict,
+    Extension,
     FinalRun,
     Grading,
     RegradeBatch,
@@ -38,16 +42,18 @@ from submissions.models import (
     Submission,
     SubmissionStatus,
 )
-from submissions.regrades import RegradeComparison, RegradePreview, grading_score
-from submissions.scoring import PointsPolicy, Score
+from submissions.regrades import RegradeComparison, RegradePreview
+from submissions.scoring import Grade, PointsPolicy
 
 
-def score_read(policy: PointsPolicy, value: Score | None) -> ScoreRead | None:
-    """A score with the assignment's maximum."""
+def score_read(value: Grade | None) -> ScoreRead | None:
+    """A grade (submissions/scoring.py) as the API carries it; None: not graded yet."""
     if value is None:
         return None
-    return ScoreRead(correctness_points=value.correctness, speed_points=value.speed,
-                     total=value.total, max_total=policy.max_total)
+    return ScoreRead(correctness_points=value.counted.correctness,
+                     speed_points=value.counted.speed, total=value.total,
+                     max_total=value.max_total, earned_total=value.earned.total,
+                     withheld=value.withheld, text=value.text())
 
 
 def without_seed(document: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -74,7 +80,8 @@ def _error(grading: Grading | None) -> GradingError | None:
     return GradingError(kind=grading.error_kind, message=grading.error_message)
 
 
-def submission_summary(submission: Submission, policy: PointsPolicy) -> SubmissionSummary:
+def submission_summary(submission: Submission, rules: AssignmentRules) -> SubmissionSummary:
+    """The submission's line: its current verdict, lateness and grade under today's rules."""
     grading = submission.current_grading
     return SubmissionSummary(
         id=submission.id, student_id=submission.student_id, assignment=submission.assignment,
@@ -82,16 +89,17 @@ def submission_summary(submission: Submission, policy: PointsPolicy) -> Submissi
         headline_speedup=grading.headline_speedup if grading else None,
         created_at=submission.created_at,
         finished_at=grading.finished_at if grading else None,
-        late=submission.is_late, disqualified=submission.disqualified_at is not None,
-        score=score_read(policy, grading_score(policy, grading)),
+        late=rules.submission_late(submission),
+        disqualified=submission.disqualified_at is not None,
+        score=score_read(rules.grade_of(submission)),
     )
 
 
 def submission_read(
-    submission: Submission, *, policy: PointsPolicy, due_at: dt.datetime | None,
-    staff_view: bool,
+    submission: Submission, *, rules: AssignmentRules, staff_view: bool,
 ) -> SubmissionRead:
-    """The submission and its current grading; staff get the staff-only fields."""
+    """The submission and its current grading, with its owner's due date in force; staff
+    get the staff-only fields."""
     grading = submission.current_grading
     log = (CapturedLog(text=grading.log_text, truncated=bool(grading.log_truncated))
            if grading is not None and grading.log_text is not None else None)
@@ -107,7 +115,7 @@ def submission_read(
             "grader_stderr": grading.grader_stderr,
             "last_attempt_error": grading.last_attempt_error,
         }
-    summary = submission_summary(submission, policy)
+    summary = submission_summary(submission, rules)
     result = grading.result if grading is not None else None
     return SubmissionRead(
         **summary.model_dump(),
@@ -115,7 +123,7 @@ def submission_read(
         filename=submission.original_filename,
         source_sha256=submission.source_sha256,
         source_bytes=submission.source_bytes,
-        due_at=due_at,
+        due_at=rules.due_for(submission.student_id),
         disqualification=disqualification,
         grading_id=grading.id if grading else None,
         grader_version=grading.grader_version if grading else None,
@@ -134,8 +142,9 @@ def submission_read(
     )
 
 
-def grading_read(grading: Grading, *, policy: PointsPolicy, staff_view: bool) -> GradingRead:
-    """One grading of the history; the seed and who requested it are staff-only."""
+def grading_read(grading: Grading, *, rules: AssignmentRules, staff_view: bool) -> GradingRead:
+    """One grading of the history, graded as its submission would be if it counted; the
+    seed and who requested it are staff-only."""
     return GradingRead(
         id=grading.id, submission_id=grading.submission_id, purpose=grading.purpose,
         is_current=grading.is_current, status=grading.status, created_at=grading.created_at,
@@ -143,7 +152,7 @@ def grading_read(grading: Grading, *, policy: PointsPolicy, staff_view: bool) ->
         attempts=grading.attempts, grader_version=grading.grader_version,
         device=grading.device, headline_speedup=grading.headline_speedup,
         error=_error(grading), checks=[check_read(c) for c in grading.checks],
-        score=score_read(policy, grading_score(policy, grading)),
+        score=score_read(rules.grade_of(grading.submission, grading)),
         regrade_batch_id=grading.regrade_batch_id, final_run_id=grading.final_run_id,
         replaces_grading_id=grading.replaces_grading_id,
         seed=grading.seed if staff_view else None,
@@ -152,7 +161,8 @@ def grading_read(grading: Grading, *, policy: PointsPolicy, staff_view: bool) ->
     )
 
 
-def grading_brief(grading: Grading | None, policy: PointsPolicy) -> GradingBrief | None:
+def grading_brief(grading: Grading | None, value: Grade | None) -> GradingBrief | None:
+    """A grading in a regrade preview, with its grade (`value`)."""
     if grading is None:
         return None
     return GradingBrief(
@@ -162,7 +172,7 @@ def grading_brief(grading: Grading | None, policy: PointsPolicy) -> GradingBrief
         checks_passed=sum(1 for c in grading.checks if c.passed and not c.skipped),
         checks_failed=sum(1 for c in grading.checks if not c.passed and not c.skipped),
         checks_not_run=sum(1 for c in grading.checks if c.skipped),
-        score=score_read(policy, grading_score(policy, grading)),
+        score=score_read(value),
         finished_at=grading.finished_at,
     )
 
@@ -174,27 +184,27 @@ def regrade_summary(batch: RegradeBatch) -> RegradeSummary:
         decided_by=batch.decided_by)
 
 
-def _regrade_row(comparison: RegradeComparison, policy: PointsPolicy) -> RegradeRow:
+def _regrade_row(comparison: RegradeComparison) -> RegradeRow:
     submission = comparison.submission
-    after = grading_brief(comparison.after, policy)
+    after = grading_brief(comparison.after, comparison.after_score)
     assert after is not None  # noqa: S101 - the new grading always exists
     return RegradeRow(
         submission_id=submission.id, student_id=submission.student_id,
         student_name=submission.student.name,
         disqualified=submission.disqualified_at is not None,
-        before=grading_brief(comparison.before, policy), after=after,
+        before=grading_brief(comparison.before, comparison.before_score), after=after,
         verdict_changed=comparison.verdict_changed, score_delta=comparison.score_delta,
         applicable=comparison.applicable, applied=comparison.applied)
 
 
-def regrade_read(preview: RegradePreview, policy: PointsPolicy, *,
+def regrade_read(preview: RegradePreview, *,
                  left_out_busy: int | None = None,
                  unchanged: list[int] | None = None) -> RegradeRead:
     return RegradeRead(
         **regrade_summary(preview.batch).model_dump(),
         total=len(preview.comparisons), pending=preview.pending, changed=preview.changed,
         left_out_busy=left_out_busy, unchanged=unchanged,
-        rows=[_regrade_row(c, policy) for c in preview.comparisons])
+        rows=[_regrade_row(c) for c in preview.comparisons])
 
 
 def assignment_read(
@@ -209,7 +219,9 @@ def assignment_read(
     now: dt.datetime,
 ) -> AssignmentRead:
     manifest = get_manifest(row.name)
-    is_past_due = row.due_at is not None and now > row.due_at
+    # A student's own due date in force decides for them (their quota carries it).
+    due_at = quota.due_at if quota is not None else row.due_at
+    is_past_due = is_late(now, due_at)
     is_open = (row.opens_at is None or now >= row.opens_at) and (
         not is_past_due or row.late_policy == "mark_late")
     return AssignmentRead(
@@ -229,6 +241,16 @@ def assignment_read(
         updated_at=row.updated_at,
         updated_by=row.updated_by if staff_view else None,
     )
+
+
+def extension_read(extension: Extension, *, student_name: str,
+                   due_at: dt.datetime | None) -> ExtensionRead:
+    """An extension with the due date it puts in force (`due_at`)."""
+    return ExtensionRead(assignment=extension.assignment, student_id=extension.student_id,
+                         student_name=student_name, due_at=extension.due_at,
+                         extra_days=extension.extra_days, due_in_force=due_at,
+                         reason=extension.reason, granted_by=extension.granted_by,
+                         granted_at=extension.granted_at)
 
 
 def student_read(student: Student) -> StudentRead:

@@ -194,10 +194,49 @@ class AssignmentUpdate(BaseModel):
 
 
 class Quota(BaseModel):
-    """The calling student's use of the assignment."""
+    """The calling student's use of the assignment, and their own due date."""
 
     submissions_used: int = Field(description="infrastructure errors do not count")
     submissions_left: int | None = Field(description="null: no maximum")
+    due_at: dt.datetime | None = Field(None, description="your due date in force (UTC): your "
+                                       "extension's, else the class-wide one")
+    extension: bool = Field(False, description="you have an extension of this assignment")
+
+
+class ExtensionGrant(BaseModel):
+    """A student's extension: a new due date or extra days past the class-wide one (exactly
+    one), and why. Replaces the student's earlier extension of the assignment."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    due_at: AwareDatetime | None = Field(None, description="the student's own due date")
+    extra_days: float | None = Field(None, gt=0, le=366, allow_inf_nan=False,
+                                     description="days past the class-wide due date")
+    reason: str = Field(min_length=1, max_length=2000, description="e.g. an accommodation")
+
+
+class ExtensionRead(BaseModel):
+    assignment: str
+    student_id: int
+    student_name: str
+    due_at: dt.datetime | None = Field(description="the extension's own date, if it sets one")
+    extra_days: float | None
+    due_in_force: dt.datetime | None = Field(
+        description="the student's due date now (the later of the class-wide one and the "
+                    "extension's; moves with the class-wide one when given in days)")
+    reason: str
+    granted_by: str
+    granted_at: dt.datetime
+
+
+class ExtensionList(BaseModel):
+    extensions: list[ExtensionRead]
+
+
+class ExtensionImport(BaseModel):
+    """The outcome of an extensions CSV import (all rows applied, or none)."""
+
+    extensions: list[ExtensionRead]
 
 
 class FinalRunBrief(BaseModel):
@@ -240,8 +279,9 @@ class SubmissionCreated(BaseModel):
     id: int
     status: str = Field(examples=["queued"])
     assignment: str
-    late: bool = Field(description="uploaded after the due date (never ranked)")
-    due_at: dt.datetime | None
+    late: bool = Field(description="uploaded after your due date in force (never ranked, "
+                       "scores 0; derived again if the date or your extension changes)")
+    due_at: dt.datetime | None = Field(description="your due date in force (UTC)")
     submissions_used: int
     max_submissions: int | None
 
@@ -266,10 +306,19 @@ class CapturedLog(BaseModel):
 
 
 class ScoreRead(BaseModel):
-    correctness_points: float
-    speed_points: float
-    total: float
+    """A grade (docs/course.md, "Points"): `total` is what counts; `earned_total` is what
+    the grading earned before the late policy or a disqualification set it to 0."""
+
+    correctness_points: float = Field(description="counted correctness points")
+    speed_points: float = Field(description="counted speed points")
+    total: float = Field(description="the grade")
     max_total: float
+    earned_total: float = Field(description="the grading's points before the late policy or "
+                                "a disqualification (equal to `total` when neither applies)")
+    withheld: Literal["late", "disqualified"] | None = Field(
+        None, description="why `total` is 0 although the grading earned points")
+    text: str = Field(description="the grade as every page and command writes it, e.g. "
+                      "`60 of 100`, `0 of 100 (60 before the late policy)`, `0 of 100 (disqualified; 60 before)`")
 
 
 class Disqualification(BaseModel):
@@ -286,7 +335,8 @@ class SubmissionSummary(BaseModel):
     headline_speedup: float | None
     created_at: dt.datetime
     finished_at: dt.datetime | None
-    late: bool = False
+    late: bool = Field(False, description="uploaded after the owner's due date in force, "
+                       "derived from today's dates and extensions")
     disqualified: bool = False
     score: ScoreRead | None = Field(None, description="null until graded")
 
@@ -299,7 +349,8 @@ class SubmissionRead(SubmissionSummary):
     filename: str | None
     source_sha256: str
     source_bytes: int
-    due_at: dt.datetime | None = None
+    due_at: dt.datetime | None = Field(None, description="the owner's due date in force "
+                                       "(their extension's, else the class-wide one)")
     disqualification: Disqualification | None = None
     grading_id: int | None = None
     grader_version: str | None = None

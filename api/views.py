@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from api.deps import Principal
 from api.presenters import assignment_read, grading_finished, score_read, submission_summary
 from api.schemas import AssignmentRead, Leaderboard, LeaderboardRow, Quota, SubmissionSummary
-from submissions import assignments, repository, standings
+from submissions import assignments, grades, repository, standings
 from submissions.errors import LeaderboardHidden
 from submissions.settings import Settings
 
@@ -24,7 +24,8 @@ def assignment_view(session: Session, *, name: str, principal: Principal, settin
     Raises:
         UnknownAssignment: not in the manifest.
     """
-    row = assignments.load(session, name=name, now=now)
+    rules = grades.rules(session, assignment=name, now=now, student_id=principal.student_id)
+    row = rules.assignment
     limit = assignments.rate_limit(row, settings)
     run = repository.latest_final_run(session, assignment=row.name)
     finished = run is not None and all(
@@ -33,9 +34,11 @@ def assignment_view(session: Session, *, name: str, principal: Principal, settin
     if principal.student is not None:
         used, left = assignments.submissions_used(session, row=row,
                                                   student_id=principal.student.id)
-        quota = Quota(submissions_used=used, submissions_left=left)
+        quota = Quota(submissions_used=used, submissions_left=left,
+                      due_at=rules.due_for(principal.student.id),
+                      extension=rules.extension_of(principal.student.id) is not None)
     return assignment_read(
-        row, policy=assignments.points_policy(row), rate_limit=(limit.submissions, limit.window_s),
+        row, policy=rules.policy, rate_limit=(limit.submissions, limit.window_s),
         final_run=run, final_run_finished=finished, quota=quota,
         staff_view=principal.is_staff, now=now)
 
@@ -53,7 +56,6 @@ def leaderboard_view(session: Session, *, assignment: str, principal: Principal,
     board = standings.board(session, assignment=assignment, now=now)
     if not principal.is_staff and not board.assignment.leaderboard_visible:
         raise LeaderboardHidden(f"the {assignment} leaderboard is not visible to students")
-    policy = assignments.points_policy(board.assignment)
     rows = []
     for standing in board.standings:
         is_you = standing.student_id == principal.student_id
@@ -71,7 +73,7 @@ def leaderboard_view(session: Session, *, assignment: str, principal: Principal,
                 device=standing.device,
                 submitted_at=standing.submitted_at if visible else None,
                 reason=standing.reason if visible else None,
-                score=score_read(policy, standing.score) if visible else None,
+                score=score_read(standing.grade) if visible else None,
             )
         )
     return Leaderboard(assignment=board.assignment.name, phase=board.phase,
@@ -91,9 +93,9 @@ def submission_summaries(session: Session, *, student_id: int | None, assignment
         assignments.resolve_manifest(assignment)
     rows = repository.list_submissions(session, student_id=student_id, limit=limit,
                                        offset=offset, assignment=assignment, status=status)
-    policies = {}
+    rules: dict[str, grades.AssignmentRules] = {}
     for row in rows:
-        if row.assignment not in policies:
-            policies[row.assignment] = assignments.points_policy(
-                assignments.load(session, name=row.assignment, now=now))
-    return [submission_summary(s, policies[s.assignment]) for s in rows]
+        if row.assignment not in rules:
+            rules[row.assignment] = grades.rules(session, assignment=row.assignment, now=now,
+                                                 student_id=student_id)
+    return [submission_summary(s, rules[s.assignment]) for s in rows]

@@ -91,12 +91,12 @@ def render_submission(console: Console, submission: SubmissionRead) -> None:
                               highlight=False)
     if submission.score is not None:
         score = submission.score
-        console.print(f"score: [bold]{score.total:g}[/bold] of {score.max_total:g} "
-                      f"(correctness {score.correctness_points:g} + speed "
-                      f"{score.speed_points:g})")
+        console.print(f"score: [bold]{score.text}[/bold] (correctness "
+                      f"{score.correctness_points:g} + speed {score.speed_points:g})",
+                      highlight=False)
     if submission.late:
-        console.print(f"[yellow]late: uploaded after the due date ({_utc(submission.due_at)}); "
-                      "never ranked[/yellow]")
+        console.print(f"[yellow]late: uploaded after your due date ({_utc(submission.due_at)}); "
+                      "never ranked, graded 0[/yellow]")
     if submission.disqualification is not None:
         console.print(f"[red]disqualified on {_utc(submission.disqualification.at)}: "
                       f"{submission.disqualification.reason}[/red]", highlight=False)
@@ -174,7 +174,8 @@ def submit(argv: list[str]) -> int:
                 files={"file": (args.file.name, content, "text/x-python")},
                 data={"assignment": args.assignment})
             created = SubmissionCreated.model_validate(response.json())
-            late = " [yellow](late: after the due date, never ranked)[/yellow]" if created.late else ""
+            late = (" [yellow](late: after your due date, never ranked, graded 0)[/yellow]"
+                    if created.late else "")
             limit = (f", {created.submissions_used} of {created.max_submissions} used"
                      if created.max_submissions else "")
             due = f", due {_utc(created.due_at)}" if created.due_at else ""
@@ -291,7 +292,7 @@ def history(argv: list[str]) -> int:
                                         "disqualified" if row.disqualified else ""]))
         table.add_row(
             str(row.id), row.assignment, _utc(row.created_at), row.status,
-            "" if row.score is None else f"{row.score.total:g}/{row.score.max_total:g}",
+            "" if row.score is None else row.score.text,
             "" if row.headline_speedup is None else f"{row.headline_speedup:.3g}x", notes)
     console.print(table)
     return EXIT_PASSED

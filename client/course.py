@@ -2,7 +2,8 @@
 ``--server`` / ``--token`` or GRADER_SERVER / GRADER_TOKEN, as for students).
 
     grader course show [NAME]                  assignments and their settings
-    grader course set NAME [--opens T] [--due T] [--late-policy refuse|mark_late]
+    grader course set NAME [--opens T] [--due T [--confirm-past-due]]
+                      [--late-policy refuse|mark_late]
                       [--max-submissions N|none] [--rate-limit N/SECONDS|default]
                       [--leaderboard visible|hidden] [--correctness-points P]
                       [--speed-points "1.0:10,1.5:20"|none]            (instructor)
@@ -14,9 +15,16 @@
                       [--submission ID ...]                            (create; prints id)
     grader course regrade-show ID | regrade-apply ID | regrade-discard ID
     grader course disqualify SUBMISSION --reason TEXT | restore SUBMISSION [--reason TEXT]
+    grader course extend NAME STUDENT_ID (--due T | --days N) --reason TEXT  (instructor)
+    grader course revoke-extension NAME STUDENT_ID                     (instructor)
+    grader course extensions NAME
+    grader course import-extensions NAME EXTENSIONS.csv                (instructor)
     grader course final-run NAME [--start]                             (start: instructor)
     grader course leaderboard NAME
     grader course export-lms NAME --output grades.csv
+    grader course export-canvas --output grades.csv | export-moodle --output grades.csv
+                                                       (every assignment in one file)
+    grader course gradescope-class NAME --output results.json     (every student)
     grader course gradescope SUBMISSION --output results.json
     grader course audit [--limit N]
 
@@ -42,6 +50,8 @@ from api.schemas import (
     AssignmentList,
     AssignmentRead,
     AuditLog,
+    ExtensionList,
+    ExtensionRead,
     FinalRunRead,
     Leaderboard,
     RegradeRead,
@@ -105,6 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="open date, e.g. 2026-12-01T00:00:00Z; none")
     change.add_argument("--due", type=_moment, default=argparse.SUPPRESS,
                         help="due date, e.g. 2026-12-15T23:59:00Z; none")
+    change.add_argument("--confirm-past-due", action="store_true",
+                        help="set a due date that has already passed")
     change.add_argument("--late-policy", choices=["refuse", "mark_late"])
     change.add_argument("--max-submissions", type=_limit, default=argparse.SUPPRESS,
                         help="N, or none")
@@ -123,6 +135,26 @@ def build_parser() -> argparse.ArgumentParser:
     student.add_argument("name")
     student.add_argument("--email")
     student.add_argument("--id", dest="external_id", help="the institution's student id")
+
+    extend = commands.add_parser("extend", help="grant or replace a student's extension "
+                                 "(instructor; audited)")
+    extend.add_argument("name")
+    extend.add_argument("student_id", type=int)
+    terms = extend.add_mutually_exclusive_group(required=True)
+    terms.add_argument("--due", type=_moment, help="the student's own due date, e.g. "
+                       "2026-12-18T23:59:00Z")
+    terms.add_argument("--days", type=float, help="extra days past the class-wide due date")
+    extend.add_argument("--reason", required=True)
+    revoke = commands.add_parser("revoke-extension", help="revoke a student's extension "
+                                 "(instructor; audited)")
+    revoke.add_argument("name")
+    revoke.add_argument("student_id", type=int)
+    listing = commands.add_parser("extensions", help="the extensions of an assignment")
+    listing.add_argument("name")
+    imported = commands.add_parser("import-extensions", help="grant extensions from a CSV "
+                                   "(student_id|email|id|name, due_at|extra_days, reason)")
+    imported.add_argument("name")
+    imported.add_argument("file", type=Path)
 
     staff = commands.add_parser("add-staff", help="create a staff account (instructor)")
     staff.add_argument("name")
@@ -160,6 +192,14 @@ def build_parser() -> argparse.ArgumentParser:
     lms.add_argument("name")
     lms.add_argument("--output", type=Path, required=True)
 
+    for kind in ("canvas", "moodle"):
+        gradebook = commands.add_parser(f"export-{kind}", help=f"every assignment's grades in "
+                                        f"one CSV for {kind.title()}'s gradebook import")
+        gradebook.add_argument("--output", type=Path, required=True)
+    everyone = commands.add_parser("gradescope-class", help="every student's Gradescope "
+                                   "results.json of one assignment")
+    everyone.add_argument("name")
+    everyone.add_argument("--output", type=Path, required=True)
     gradescope = commands.add_parser("gradescope", help="one submission as Gradescope results.json")
     gradescope.add_argument("submission", type=int)
     gradescope.add_argument("--output", type=Path, required=True)
@@ -239,7 +279,9 @@ def _set(client: ServiceClient, args: argparse.Namespace, console: Console) -> A
         body["correctness_points"] = args.correctness_points
     if args.speed_points is not None:
         body["speed_points"] = args.speed_points
-    data = client.request("PATCH", f"/api/v1/assignments/{args.name}", json=body).json()
+    data = client.request("PATCH", f"/api/v1/assignments/{args.name}", json=body,
+                          params={"confirm_past_due": "true"} if args.confirm_past_due
+                          else None).json()
     _print_assignment(console, AssignmentRead.model_validate(data))
     return data
 
@@ -304,8 +346,8 @@ def _print_regrade(console: Console, regrade: RegradeRead) -> None:
         table.add_row(
             str(row.submission_id), row.student_name,
             before.status if before else "-", after.status + (" *" if row.verdict_changed else ""),
-            f"{before.score.total:g}" if before and before.score else "-",
-            f"{after.score.total:g}" if after.score else "-",
+            before.score.text if before and before.score else "-",
+            after.score.text if after.score else "-",
             (before.grader_version or "-") if before else "-", after.grader_version or "-")
     console.print(table)
 
@@ -375,7 +417,7 @@ def _leaderboard(client: ServiceClient, args: argparse.Namespace, console: Conso
     for row in board.rows:
         table.add_row(str(row.rank or "-"), row.student_name or "", str(row.submission_id or ""),
                       "" if row.headline_speedup is None else f"{row.headline_speedup:.4g}",
-                      "" if row.score is None else f"{row.score.total:g}", row.reason or "")
+                      "" if row.score is None else row.score.text, row.reason or "")
     console.print(table)
     return data
 
@@ -387,12 +429,77 @@ def _export_lms(client: ServiceClient, args: argparse.Namespace, console: Consol
     return None
 
 
+def _export_gradebook(kind: str):  # noqa: ANN202 - a handler
+    def handler(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
+        text = client.request("GET", f"/api/v1/assignments/export/{kind}").text
+        args.output.write_text(text)
+        console.print(f"{kind.title()} gradebook written to {args.output}")
+        return None
+    return handler
+
+
+def _gradescope_class(client: ServiceClient, args: argparse.Namespace,
+                      console: Console) -> Any:
+    data = client.get_json(f"/api/v1/assignments/{args.name}/export/gradescope")
+    args.output.write_text(json.dumps(data, indent=2))
+    console.print(f"Gradescope results of {len(data['students'])} student(s) written to "
+                  f"{args.output}")
+    return None
+
+
 def _gradescope(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
     data = client.get_json(f"/api/v1/submissions/{args.submission}/gradescope")
     args.output.write_text(json.dumps(data, indent=2) + "\n")
     console.print(f"Gradescope results of submission {args.submission} (score "
                   f"{data['score']:g}) written to {args.output}")
     return None
+
+
+def _print_extensions(console: Console, title: str, rows: list[ExtensionRead]) -> None:
+    table = Table(title=title)
+    for column in ("student", "due in force", "terms", "reason", "granted by"):
+        table.add_column(column, overflow="fold")
+    for e in rows:
+        terms = f"until {_utc(e.due_at)}" if e.due_at else f"+{e.extra_days:g} days"
+        table.add_row(f"{e.student_name} ({e.student_id})", _utc(e.due_in_force), terms,
+                      e.reason, e.granted_by)
+    console.print(table)
+
+
+def _extend(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
+    body = {"due_at": args.due, "extra_days": args.days, "reason": args.reason}
+    data = client.request("PUT", f"/api/v1/assignments/{args.name}/extensions/"
+                          f"{args.student_id}", json=body).json()
+    extension = ExtensionRead.model_validate(data)
+    console.print(f"{extension.student_name} ({extension.student_id}) is now due "
+                  f"{_utc(extension.due_in_force)} for {args.name}", highlight=False)
+    return data
+
+
+def _revoke_extension(client: ServiceClient, args: argparse.Namespace,
+                      console: Console) -> Any:
+    client.request("DELETE", f"/api/v1/assignments/{args.name}/extensions/{args.student_id}",
+                   expect=(204,))
+    console.print(f"extension of student {args.student_id} for {args.name} revoked; the "
+                  "class-wide due date applies", highlight=False)
+    return None
+
+
+def _extensions(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
+    data = client.get_json(f"/api/v1/assignments/{args.name}/extensions")
+    _print_extensions(console, f"{args.name} extensions",
+                      ExtensionList.model_validate(data).extensions)
+    return data
+
+
+def _import_extensions(client: ServiceClient, args: argparse.Namespace,
+                       console: Console) -> Any:
+    data = client.request("POST", f"/api/v1/assignments/{args.name}/extensions/import",
+                          content=args.file.read_bytes(),
+                          headers={"Content-Type": "text/csv"}).json()
+    _print_extensions(console, f"{args.name}: extensions granted",
+                      ExtensionList.model_validate(data).extensions)
+    return data
 
 
 def _audit(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
@@ -414,6 +521,10 @@ HANDLERS = {
     "rotate-token": _rotate, "regrade": _regrade, "regrade-show": _regrade_verb("show"),
     "regrade-apply": _regrade_verb("apply"), "regrade-discard": _regrade_verb("discard"),
     "disqualify": _disqualify, "restore": _restore, "final-run": _final_run,
+    "extend": _extend, "revoke-extension": _revoke_extension, "extensions": _extensions,
+    "import-extensions": _import_extensions,
     "leaderboard": _leaderboard, "export-lms": _export_lms, "gradescope": _gradescope,
+    "export-canvas": _export_gradebook("canvas"), "export-moodle": _export_gradebook("moodle"),
+    "gradescope-class": _gradescope_class,
     "audit": _audit,
 }

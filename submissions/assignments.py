@@ -20,11 +20,12 @@ from sqlalchemy.orm import Session
 
 from grader.manifest import AssignmentManifest, get_manifest
 from grader.manifest import UnknownAssignment as UnknownManifest
-from submissions import audit, repository
+from submissions import audit, lateness, repository
 from submissions.errors import (
     AssignmentClosed,
     AssignmentNotOpen,
     AssignmentSettingsInvalid,
+    DueDateInPast,
     UnknownAssignment,
 )
 from submissions.models import Assignment, LatePolicy
@@ -77,29 +78,31 @@ def rate_limit(row: Assignment, settings: Settings) -> RateLimit:
     )
 
 
-def check_upload_window(row: Assignment, *, now: dt.datetime) -> bool:
+def check_upload_window(row: Assignment, *, due_at: dt.datetime | None, now: dt.datetime) -> bool:
     """Whether an upload at `now` is allowed, and if so whether it is late.
 
-    Edges: open from ``opens_at`` inclusive; on time up to ``due_at`` inclusive (an upload
-    stamped exactly at the due date is on time).
+    `due_at` is the uploader's due date in force (submissions/lateness.py: the class-wide
+    one or their extension's). Edges: open from ``opens_at`` inclusive; on time up to
+    `due_at` inclusive (an upload stamped exactly at the due date is on time).
 
     Raises:
         AssignmentNotOpen: `now` is before ``opens_at``.
-        AssignmentClosed: `now` is after ``due_at`` and the late policy is ``refuse``.
+        AssignmentClosed: `now` is after `due_at` and the late policy is ``refuse``.
     Returns:
-        True when the upload is late (after ``due_at``, policy ``mark_late``).
+        True when the upload is late now (after `due_at`, policy ``mark_late``). Nothing
+        stores this: lateness is derived again whenever it is read.
     """
     if row.opens_at is not None and now < row.opens_at:
         raise AssignmentNotOpen(
             f"{row.name} opens at {iso_utc(row.opens_at)} (UTC); it is {iso_utc(now)} now",
             opens_at=iso_utc(row.opens_at),
         )
-    if row.due_at is None or now <= row.due_at:
+    if not lateness.is_late(now, due_at):
         return False
     if row.late_policy == LatePolicy.REFUSE:
         raise AssignmentClosed(
-            f"{row.name} was due at {iso_utc(row.due_at)} (UTC); late submissions are refused",
-            due_at=iso_utc(row.due_at),
+            f"{row.name} was due at {iso_utc(due_at)} (UTC); late submissions are refused",
+            due_at=iso_utc(due_at),
         )
     return True
 
@@ -116,6 +119,7 @@ def update(
     changes: Mapping[str, Any],
     actor: audit.Actor,
     now: dt.datetime,
+    confirm_past_due: bool = False,
 ) -> Assignment:
     """Apply `changes` (column -> new value; only keys of EDITABLE) to the settings of
     `name`, check that the result is consistent, and record the change in the audit log
@@ -128,6 +132,7 @@ def update(
         UnknownAssignment: `name` is not in the manifest.
         AssignmentSettingsInvalid: an unknown field, a naive time, ``opens_at`` not before
             ``due_at``, or thresholds that are not ascending.
+        DueDateInPast: a new ``due_at`` before `now` without `confirm_past_due`.
     """
     row = load(session, name=name, now=now)
     unknown = set(changes) - EDITABLE
@@ -161,6 +166,11 @@ def update(
         ]
     opens_at = values.get("opens_at", row.opens_at)
     due_at = values.get("due_at", row.due_at)
+    if (values.get("due_at") is not None and values["due_at"] != row.due_at
+            and lateness.is_late(now, values["due_at"]) and not confirm_past_due):
+        raise DueDateInPast(
+            f"the new due date {iso_utc(values['due_at'])} is in the past; every upload after "
+            "it becomes late at once. Confirm to set it anyway", due_at=iso_utc(values["due_at"]))
     if opens_at is not None and due_at is not None and opens_at >= due_at:
         raise AssignmentSettingsInvalid("opens_at must be before due_at",
                                         opens_at=opens_at, due_at=due_at)

@@ -374,3 +374,35 @@ class RequestTimeout(DomainError):
 
     code = "request_timeout"
     http_status = 408
+
+
+class ExtensionInvalid(DomainError):
+    """An extension that cannot be granted: neither or both of a new due date and extra
+    days, a naive time, a blank reason, or extra days on an assignment without a due date."""
+
+    code = "extension_invalid"
+    http_status = 422
+
+
+class ExtensionNotFound(DomainError):
+    """The student has no extension of this assignment."""
+
+    code = "extension_not_found"
+    http_status = 404
+
+
+class ExtensionsCsvInvalid(DomainError):
+    """An extensions CSV could not be imported; nothing changed. `details` carries `errors`:
+    ``[{"line": n, "message": ...}]`` (every problem of the file, line 1 is the header)."""
+
+    code = "extensions_csv_invalid"
+    http_status = 422
+
+
+class DueDateInPast(DomainError):
+    """A new due date before now was sent without confirming it (`details`: `due_at`);
+    send it again confirmed (``confirm_past_due``) if it is meant: every upload after it
+    becomes late at once."""
+
+    code = "due_date_in_past"
+    http_status = 409

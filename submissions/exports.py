@@ -1,11 +1,11 @@
-"""Grade exports: one LMS CSV row per enrolled student, and Gradescope's autograder
-``results.json`` for one submission.
+"""Grade exports, every number from the one grade (submissions/scoring.py, through the
+board of submissions/standings.py): the LMS CSV of one assignment, the Canvas and Moodle
+gradebook CSVs of every assignment, and Gradescope's autograder ``results.json`` for one
+submission or for the whole class.
 
 LMS CSV (docs/course.md, "Exports"): every student is a row, those without a submission
-included; ``score = correctness_points + speed_points`` of the student's ranked (or, without
-a rank, best passing) on-time submission; late and disqualified submissions are counted in
-their own columns and never scored (``late_score`` tells what the best late one would earn,
-for a course that accepts late work with a penalty applied in the LMS).
+included; ``score`` is the student's grade (late and disqualified work: 0, with what it
+earned in ``late_score`` and ``reason``).
 
 Gradescope: the format of Gradescope's autograder specification ("Output format" of
 https://gradescope-autograders.readthedocs.io/en/latest/specs/): a top-level ``score`` (which
@@ -24,9 +24,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 
-from submissions import assignments, audit, repository, standings
+from grader.manifest import MANIFESTS
+from submissions import audit, grades, repository, standings
 from submissions.models import TERMINAL_STATUSES, Submission, SubmissionStatus
-from submissions.scoring import ZERO, PointsPolicy, score
+from submissions.scoring import WITHHELD_LATE, ZERO, Grade, PointsPolicy, Score
 
 LMS_COLUMNS = (
     "student_id", "name", "email", "id", "submissions", "late_submissions",
@@ -42,66 +43,129 @@ def _points(value: float) -> str:
 
 def lms_csv(session: Session, *, assignment: str, actor: audit.Actor, now: dt.datetime) -> str:
     """The LMS gradebook CSV of `assignment` (LMS_COLUMNS, one row per student in id order);
-    the export is recorded in the audit log.
+    the export is recorded in the audit log. Every number is the board's grade
+    (submissions/standings.py, submissions/scoring.py): what the leaderboard, the pages and
+    the CLI show.
 
-    ``status`` is ``ranked``, ``unranked`` (final phase: failed or pending in the final
-    run, or not in it; ``reason`` says which), ``no_passing_submission`` or
-    ``no_submission``; ``ranking`` is ``provisional`` or ``final``.
+    ``status`` is ``ranked``, ``unranked`` (late, disqualified, or the final run's reason;
+    ``reason`` says which), ``no_passing_submission`` or ``no_submission``; ``ranking`` is
+    ``provisional`` or ``final``; ``late_score`` is what the best late passing submission
+    earned before the late policy.
 
     Raises:
         UnknownAssignment: not in the manifest.
     """
     board = standings.board(session, assignment=assignment, now=now)
-    policy = assignments.points_policy(board.assignment)
-    counts = repository.submission_counts(session, assignment=assignment)
-    provisional = {e.student_id: e for e in
-                   repository.best_passing_submissions(session, assignment=assignment)}
-    late_best = {e.student_id: e for e in
-                 repository.best_passing_submissions(session, assignment=assignment, late=True)}
+    policy = board.rules.policy
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(LMS_COLUMNS)
     students = repository.list_students(session)
     for student in students:
-        count = counts.get(student.id)
         standing = board.of_student(student.id)
-        late = late_best.get(student.id)
+        assert standing is not None  # noqa: S101 - the board has every enrolled student
+        grade = standing.grade
+        parts = grade.counted if grade is not None else ZERO
+        late = grade is not None and grade.withheld == WITHHELD_LATE
         row: dict[str, Any] = {
             "student_id": student.id, "name": student.name, "email": student.email or "",
             "id": student.external_id or "",
-            "submissions": count.total if count else 0,
-            "late_submissions": count.late if count else 0,
-            "disqualified_submissions": count.disqualified if count else 0,
-            "max_score": _points(policy.max_total), "ranking": board.phase,
-            "late_submission_id": late.submission_id if late else "",
-            "late_score": _points(score(policy, passed=True, headline=late.headline_speedup)
-                                  .total) if late else "",
+            "submissions": standing.counts.total, "late_submissions": standing.counts.late,
+            "disqualified_submissions": standing.counts.disqualified,
+            "status": standing.status, "submission_id": standing.submission_id or "",
+            "correctness_points": _points(parts.correctness),
+            "speed_points": _points(parts.speed), "score": _points(parts.total),
+            "max_score": _points(policy.max_total),
+            "ranked_speedup": "" if standing.headline_speedup is None
+            else f"{standing.headline_speedup:.6g}",
+            "rank": standing.rank or "", "ranking": board.phase,
+            "reason": standing.reason or "",
+            "late_submission_id": standing.submission_id if late else "",
+            "late_score": _points(grade.earned.total) if late else "",
         }
-        parts = ZERO
-        if standing is not None:
-            parts = standing.score
-            row |= {"status": "ranked" if standing.rank is not None else "unranked",
-                    "submission_id": standing.submission_id,
-                    "ranked_speedup": "" if standing.headline_speedup is None
-                    else f"{standing.headline_speedup:.6g}",
-                    "rank": standing.rank or "", "reason": standing.reason or ""}
-        elif student.id in provisional:  # final phase, not in the final run
-            entry = provisional[student.id]
-            parts = score(policy, passed=True, headline=None)
-            row |= {"status": "unranked", "submission_id": entry.submission_id,
-                    "reason": "not in the final ranking run (a later change; start a new "
-                              "final run to rank it)"}
-        elif count and count.total:
-            row |= {"status": "no_passing_submission"}
-        else:
-            row |= {"status": "no_submission"}
-        row |= {"correctness_points": _points(parts.correctness),
-                "speed_points": _points(parts.speed), "score": _points(parts.total)}
         writer.writerow([row.get(column, "") for column in LMS_COLUMNS])
     audit.record(session, actor=actor, action="export.lms", now=now, target_type="assignment",
                  target_id=assignment, assignment=assignment,
                  details={"students": len(students), "ranking": board.phase})
     return buffer.getvalue()
+
+
+# ------------------------------------------------------------ course-wide gradebooks
+
+#: Canvas's gradebook import: the identity columns of its own gradebook export, then one
+#: column per assignment (a name Canvas does not know creates that assignment), and a
+#: second row whose first cell is "Points Possible" giving each assignment's maximum
+#: (Canvas guides, "How do I import grades in the Gradebook?").
+CANVAS_IDENTITY = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
+#: Moodle's grade import (Grades > Import > CSV file) maps one identity column to a user
+#: field ("Map from" / "Map to": Email address or ID number) and each other column to a
+#: grade item; these headers are those of Moodle's own grade export, and the grade item
+#: columns say "(Real)" as its export does for a points grade.
+MOODLE_IDENTITY = ("Full name", "Email address", "ID number")
+
+
+def _boards(session: Session, *, now: dt.datetime) -> list[standings.Board]:
+    return [standings.board(session, assignment=name, now=now) for name in MANIFESTS]
+
+
+def canvas_csv(session: Session, *, actor: audit.Actor, now: dt.datetime) -> str:
+    """Every assignment's grade in one CSV that Canvas's gradebook import takes as it is
+    (CANVAS_IDENTITY, then one column per assignment, the "Points Possible" row second).
+    ``SIS User ID`` is the roster id and ``SIS Login ID`` the e-mail (the Canvas user
+    ``ID`` is unknown here and left empty: Canvas matches on either SIS column). Each
+    cell is the grade of submissions/scoring.py (late and disqualified work: 0). Audited.
+    """
+    boards = _boards(session, now=now)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow([*CANVAS_IDENTITY, *(b.assignment.name for b in boards)])
+    writer.writerow(["Points Possible", "", "", "", "",
+                     *(_points(b.rules.policy.max_total) for b in boards)])
+    students = repository.list_students(session)
+    for student in students:
+        writer.writerow([student.name, "", student.external_id or "", student.email or "", "",
+                         *(_grade_cell(b, student.id) for b in boards)])
+    audit.record(session, actor=actor, action="export.canvas", now=now,
+                 target_type="gradebook", details={"students": len(students),
+                                                   "assignments": [b.assignment.name
+                                                                   for b in boards]})
+    return buffer.getvalue()
+
+
+def moodle_csv(session: Session, *, actor: audit.Actor, now: dt.datetime) -> str:
+    """Every assignment's grade in one CSV for Moodle's grade import (MOODLE_IDENTITY,
+    then ``NAME (Real)`` per assignment, and ``Feedback: NAME`` with the grade as every
+    page writes it, e.g. "0 of 100 (60 before the late policy)"). Audited."""
+    boards = _boards(session, now=now)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow([*MOODLE_IDENTITY,
+                     *(f"{b.assignment.name} (Real)" for b in boards),
+                     *(f"Feedback: {b.assignment.name}" for b in boards)])
+    students = repository.list_students(session)
+    for student in students:
+        writer.writerow([student.name, student.email or "", student.external_id or "",
+                         *(_grade_cell(b, student.id) for b in boards),
+                         *(_feedback(b, student.id) for b in boards)])
+    audit.record(session, actor=actor, action="export.moodle", now=now,
+                 target_type="gradebook", details={"students": len(students),
+                                                   "assignments": [b.assignment.name
+                                                                   for b in boards]})
+    return buffer.getvalue()
+
+
+def _grade_cell(board: standings.Board, student_id: int) -> str:
+    standing = board.of_student(student_id)
+    grade = standing.grade if standing is not None else None
+    return _points(grade.total if grade is not None else 0.0)
+
+
+def _feedback(board: standings.Board, student_id: int) -> str:
+    standing = board.of_student(student_id)
+    if standing is None or standing.grade is None:
+        return standing.reason or "" if standing else ""
+    reason = f"; {standing.reason}" if standing.reason else ""
+    return f"{standing.grade.text()}{reason}"
 
 
 # ------------------------------------------------------------------------- Gradescope
@@ -144,34 +208,43 @@ class GradescopeResults(BaseModel):
 
 
 def gradescope_results(
-    session: Session, *, submission: Submission, actor: audit.Actor | None, now: dt.datetime
+    session: Session, *, submission: Submission, actor: audit.Actor | None, now: dt.datetime,
+    grade_override: Grade | None = None,
 ) -> GradescopeResults:
     """The submission's current grading as Gradescope results: one test for correctness
     (``correctness_points`` if every check passed), one per check (0 points: shown passed or
     failed with its message), one for speed (the speed points of the headline speedup). A
     disqualified submission scores 0 with the reason; a late one says so. Staff exports
-    are audited (`actor`); a student reading their own is not.
+    are audited (`actor`); a student reading their own is not. `grade_override`: the
+    student's grade from the board (a final run's speed points), for the class export.
 
     Raises:
         UnknownAssignment: the submission's assignment left the manifest.
     """
-    row = assignments.load(session, name=submission.assignment, now=now)
-    policy = assignments.points_policy(row)
+    rules = grades.rules(session, assignment=submission.assignment, now=now,
+                         student_id=submission.student_id)
+    policy = rules.policy
     grading = submission.current_grading
     finished = grading is not None and grading.status in TERMINAL_STATUSES
     passed = finished and grading.status == SubmissionStatus.PASSED
     headline = grading.headline_speedup if grading is not None else None
-    parts = score(policy, passed=passed, headline=headline)
+    grade = grade_override or rules.grade_of(submission)
+    parts = grade.counted if grade is not None else ZERO
+    late = rules.submission_late(submission)
     notes = []
     if submission.disqualified_at is not None:
-        parts = ZERO
         notes.append(f"Disqualified: {submission.disqualified_reason}")
-    if submission.is_late:
-        notes.append("Submitted after the due date: marked late, never ranked.")
+    if late:
+        due = rules.due_for(submission.student_id)
+        notes.append(f"Submitted after the due date in force ({due.isoformat() if due else ''}):"
+                     " late, never ranked.")
+    if grade is not None and grade.withheld:
+        notes.append(f"Score: {grade.text()}")
     status_line = (f"{submission.assignment}: {grading.status if grading else 'unknown'}"
                    + (f" ({grading.error_kind}: {grading.error_message})"
                       if grading is not None and grading.error_kind else ""))
-    tests = [_correctness_test(policy, passed and submission.disqualified_at is None, grading)]
+    tests = [_correctness_test(policy, parts, passed and grade is not None
+                               and grade.withheld is None, grading)]
     for check in (grading.checks if grading is not None else []):
         tests.append(GradescopeTest(
             name=f"check {check.name}", score=0, max_score=0,
@@ -192,11 +265,12 @@ def gradescope_results(
         output="\n".join([status_line, *notes]),
         tests=tests,
         leaderboard=[GradescopeLeaderboardEntry(name="speedup", value=headline)]
-        if headline is not None and submission.disqualified_at is None else [],
+        if headline is not None and grade is not None and grade.withheld is None else [],
         extra_data={"submission_id": submission.id,
                     "grading_id": grading.id if grading else None,
                     "grader_version": grading.grader_version if grading else None,
-                    "late": submission.is_late,
+                    "late": late,
+                    "score_before_late_policy": grade.earned.total if grade else None,
                     "disqualified": submission.disqualified_at is not None},
     )
     if actor is not None:
@@ -206,12 +280,13 @@ def gradescope_results(
     return results
 
 
-def _correctness_test(policy: PointsPolicy, passed: bool, grading: Any) -> GradescopeTest:
+def _correctness_test(policy: PointsPolicy, parts: Score, passed: bool,
+                      grading: Any) -> GradescopeTest:
     checks = grading.checks if grading is not None else []
     ran = [c for c in checks if not c.skipped]
     return GradescopeTest(
         name="correctness (every check passes)",
-        score=policy.correctness_points if passed else 0,
+        score=parts.correctness,
         max_score=policy.correctness_points,
         status="passed" if passed else "failed",
         output=f"{sum(1 for c in ran if c.passed)} of {len(ran)} checks that ran passed"
@@ -224,3 +299,53 @@ def _speed_output(policy: PointsPolicy, headline: float | None) -> str:
     measured = ("no GPU benchmark (speed points need one)" if headline is None
                 else f"headline speedup {headline:.4g}x")
     return f"{measured}; thresholds {thresholds}"
+
+
+class GradescopeStudentResults(BaseModel):
+    """One student's row of the class-wide Gradescope export: who, and the results.json of
+    the submission their grade comes from (None: nothing graded)."""
+
+    student_id: int
+    name: str
+    email: str | None
+    external_id: str | None
+    submission_id: int | None
+    results: GradescopeResults | None
+
+
+class GradescopeClassExport(BaseModel):
+    """Every enrolled student's Gradescope results for one assignment."""
+
+    assignment: str
+    ranking: Literal["provisional", "final"]
+    students: list[GradescopeStudentResults]
+
+
+def gradescope_class(session: Session, *, assignment: str, actor: audit.Actor,
+                     now: dt.datetime) -> GradescopeClassExport:
+    """The Gradescope results.json of each student's graded submission (the board's:
+    the ranked one, else the one their unranked row is about), so its ``score`` is the
+    student's grade in every other export. One audit event for the export.
+
+    Raises:
+        UnknownAssignment: not in the manifest.
+    """
+    board = standings.board(session, assignment=assignment, now=now)
+    rows = []
+    students = repository.list_students(session)
+    for student in students:
+        standing = board.of_student(student.id)
+        submission = (repository.get_submission(session, submission_id=standing.submission_id)
+                      if standing is not None and standing.submission_id else None)
+        rows.append(GradescopeStudentResults(
+            student_id=student.id, name=student.name, email=student.email,
+            external_id=student.external_id,
+            submission_id=submission.id if submission is not None else None,
+            results=None if submission is None else gradescope_results(
+                session, submission=submission, actor=None, now=now,
+                grade_override=standing.grade if standing is not None else None)))
+    audit.record(session, actor=actor, action="export.gradescope_class", now=now,
+                 target_type="assignment", target_id=board.assignment.name,
+                 assignment=board.assignment.name, details={"students": len(students)})
+    return GradescopeClassExport(assignment=board.assignment.name, ranking=board.phase,
+                                 students=rows)

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from sqlalchemy.orm import Session
 
-from submissions import assignments, audit, repository
+from submissions import assignments, audit, lateness, repository, standings
 from submissions.errors import (
     BeforeDueDate,
     FinalRunEmpty,
@@ -48,20 +48,22 @@ def start_final_run(
         FinalRunInProgress: the previous run still has unfinished gradings.
         FinalRunEmpty: no student has a passing, on-time, not disqualified submission.
     """
-    row = assignments.load(session, name=assignment, now=now)
+    rules, entries = standings.rankable_submissions(session, assignment=assignment, now=now)
+    row = rules.assignment
     if row.due_at is None:
         raise NoDueDate(f"{assignment} has no due date; set one first")
-    if now <= row.due_at:
-        due = assignments.iso_utc(row.due_at)
-        raise BeforeDueDate(f"{assignment} is due at {due}; a final run starts after the "
-                            "due date", due_at=due)
+    # After every due date in force: a student with an extension may still upload.
+    last_due = max([row.due_at, *(rules.due_for(sid) or row.due_at for sid in rules.extensions)])
+    if not lateness.is_late(now, last_due):
+        due = assignments.iso_utc(last_due)
+        raise BeforeDueDate(f"{assignment} is due at {due} (the last due date in force, "
+                            "extensions included); a final run starts after it", due_at=due)
     previous = repository.latest_final_run(session, assignment=assignment)
     if previous is not None and any(
         g.status not in TERMINAL_STATUSES
         for g in repository.final_run_gradings(session, final_run_id=previous.id)
     ):
         raise FinalRunInProgress(f"final run {previous.id} of {assignment} has not finished")
-    entries = repository.best_passing_submissions(session, assignment=assignment, late=False)
     if not entries:
         raise FinalRunEmpty(f"no student has a passing on-time submission of {assignment}")
     seed = new_secret_seed()

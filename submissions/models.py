@@ -7,7 +7,9 @@ Tables:
 - ``staff_members``: instructors and TAs, each with a personal token (stored hashed).
 - ``assignments``: per-assignment settings set by staff (dates, late policy, limits, points);
   one row per entry of grader/manifest.py, created the first time the service touches it.
-- ``submissions``: one uploaded file (source, hash, seed, late flag, disqualification).
+- ``submissions``: one uploaded file (source, hash, seed, disqualification). Lateness is not
+  stored: it is derived from the upload time and the due date in force (submissions/lateness.py).
+- ``extensions``: a student's own due date for one assignment (a new date or extra days).
 - ``gradings``: every run of the grader on a submission, and the job queue (see
   submissions/repository/queue.py for the claim/lease protocol). A submission's *current*
   grading (``is_current``; at most one) is the one that counts; regrades and final ranking
@@ -41,7 +43,6 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     and_,
-    false,
     text,
 )
 from sqlalchemy.engine import Dialect
@@ -255,8 +256,6 @@ class Submission(Base):
     # The grading seed of this submission (its upload's grading and every regrade use it);
     # derived from the deployment secret, never shown to the student.
     seed: Mapped[int | None] = mapped_column(BigInteger)
-    # Uploaded after the due date under the `mark_late` policy: never ranked.
-    is_late: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # Disqualified by staff (hidden from rankings and scores; the student sees the reason).
     disqualified_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
     disqualified_by: Mapped[str | None] = mapped_column(String(200))
@@ -430,6 +429,31 @@ class AuditEvent(Base):
     target_id: Mapped[str | None] = mapped_column(String(100))
     assignment: Mapped[str | None] = mapped_column(String(100))
     details: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+
+class Extension(Base):
+    """A student's extension of one assignment's due date (an accommodation): a new due date
+    or extra days past the class-wide one (exactly one of them), with the reason and who
+    granted it. At most one per student and assignment; revoking deletes it (both audited).
+    How it moves the due date: submissions/lateness.py."""
+
+    __tablename__ = "extensions"
+    __table_args__ = (
+        Index("uq_extensions_assignment_student_id", "assignment", "student_id", unique=True),
+        CheckConstraint("(due_at IS NULL) <> (extra_days IS NULL)", name="one_term"),
+        CheckConstraint("extra_days IS NULL OR extra_days > 0", name="extra_days"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    assignment: Mapped[str] = mapped_column(String(100))
+    student_id: Mapped[int] = mapped_column(ForeignKey("students.id", ondelete="CASCADE"))
+    due_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+    extra_days: Mapped[float | None] = mapped_column(Float)
+    reason: Mapped[str] = mapped_column(Text)
+    granted_by: Mapped[str] = mapped_column(String(200))
+    granted_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utc_now)
+
+    student: Mapped[Student] = relationship()
 
 
 class WorkerHeartbeat(Base):

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 
 from sqlalchemy.orm import Session
 
-from submissions import assignments, audit, repository
+from submissions import assignments, audit, grades, repository
 from submissions.errors import RegradeDecided, RegradeEmpty, RegradeNotFound, RegradePending
 from submissions.models import (
     INFRASTRUCTURE_ERROR,
@@ -25,10 +25,9 @@ from submissions.models import (
     RegradeBatch,
     RegradeState,
     Submission,
-    SubmissionStatus,
 )
 from submissions.repository import PRIORITY_STAFF
-from submissions.scoring import PointsPolicy, Score, score
+from submissions.scoring import Grade
 
 #: Most submissions one batch re-runs.
 MAX_BATCH = 2000
@@ -45,14 +44,6 @@ class RegradeSelection:
     status: str | None = None
     grader_version: str | None = None
     submission_ids: tuple[int, ...] | None = None
-
-
-def grading_score(policy: PointsPolicy, grading: Grading | None) -> Score | None:
-    """The score of a finished grading (None while it is unfinished or absent)."""
-    if grading is None or grading.status not in TERMINAL_STATUSES:
-        return None
-    return score(policy, passed=grading.status == SubmissionStatus.PASSED,
-                 headline=grading.headline_speedup)
 
 
 def create_regrade(
@@ -103,8 +94,8 @@ class RegradeComparison:
     submission: Submission
     before: Grading | None
     after: Grading
-    before_score: Score | None
-    after_score: Score | None
+    before_score: Grade | None
+    after_score: Grade | None
     applied: bool
 
     @property
@@ -127,7 +118,7 @@ class RegradeComparison:
 
     @property
     def score_delta(self) -> float | None:
-        """New total minus old total (None until both are known)."""
+        """New grade minus old grade (None until both are known)."""
         if self.before_score is None or self.after_score is None:
             return None
         return self.after_score.total - self.before_score.total
@@ -159,15 +150,15 @@ def preview(session: Session, *, batch_id: int) -> RegradePreview:
         RegradeNotFound: no such batch.
     """
     batch = _get(session, batch_id)
-    policy = assignments.points_policy(assignments.load(session, name=batch.assignment,
-                                                        now=batch.created_at))
+    rules = grades.rules(session, assignment=batch.assignment, now=batch.created_at)
     comparisons = [
         RegradeComparison(
             submission=grading.submission,
             before=grading.replaces,
             after=grading,
-            before_score=grading_score(policy, grading.replaces),
-            after_score=grading_score(policy, grading),
+            before_score=None if grading.replaces is None
+            else rules.grade_of(grading.submission, grading.replaces),
+            after_score=rules.grade_of(grading.submission, grading),
             applied=grading.is_current,
         )
         for grading in repository.regrade_gradings(session, batch_id=batch_id)

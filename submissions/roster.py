@@ -69,6 +69,20 @@ def parse_roster(text: str) -> list[RosterRow]:
         RosterInvalid: no header with a ``name`` column, too many rows, a malformed CSV, or
             rows with problems (all of them listed in ``errors``).
     """
+    rows, errors = _read_rows(text)
+    if errors:
+        raise RosterInvalid(f"{len(errors)} problem(s) in the roster; nothing was imported",
+                            errors=errors)
+    return rows
+
+
+def _read_rows(text: str) -> tuple[list[RosterRow], list[dict[str, object]]]:
+    """The well-formed rows and every problem of the others (sorted by line).
+
+    Raises:
+        RosterInvalid: the file itself is unusable (no header with ``name``, too many rows,
+            not CSV).
+    """
     reader = csv.reader(io.StringIO(text.removeprefix("\ufeff")))
     try:
         header = next(reader, None)
@@ -115,10 +129,7 @@ def parse_roster(text: str) -> list[RosterRow]:
     except csv.Error as exc:
         raise RosterInvalid(f"not a valid CSV file: {exc}", errors=[]) from None
     errors.extend(_duplicates(rows))
-    if errors:
-        raise RosterInvalid(f"{len(errors)} problem(s) in the roster; nothing was imported",
-                            errors=sorted(errors, key=lambda e: e["line"]))
-    return rows
+    return rows, sorted(errors, key=lambda e: e["line"])
 
 
 def _duplicates(rows: list[RosterRow]) -> list[dict[str, object]]:
@@ -145,8 +156,9 @@ def import_roster(
     Raises:
         RosterInvalid: the file or some rows are invalid (details: ``errors``).
     """
-    rows = parse_roster(text)
-    errors: list[dict[str, object]] = []
+    # Every problem in one pass: the rows' own, then each well-formed row against the
+    # students already enrolled.
+    rows, errors = _read_rows(text)
     plan: list[tuple[RosterRow, Student | None]] = []
     for row in rows:
         matches = repository.find_students_matching(
@@ -168,7 +180,7 @@ def import_roster(
         plan.append((row, existing))
     if errors:
         raise RosterInvalid(f"{len(errors)} problem(s) in the roster; nothing was imported",
-                            errors=errors)
+                            errors=sorted(errors, key=lambda e: e["line"]))
 
     outcome: list[ImportedStudent] = []
     for row, existing in plan:

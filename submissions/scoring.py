@@ -1,6 +1,13 @@
-"""The score formula (docs/course.md, "Points"). Pure functions, no database.
+"""The score formula (docs/course.md, "Points"): the one place a score is computed. Pure
+functions, no database.
 
-    score = correctness + speed
+    grade   = 0       if the submission is disqualified or late (its due date in force:
+                      submissions/lateness.py); the points it would earn stay shown beside
+                      it ("0 (60 before the late policy)")
+            = score   otherwise
+    written "60 of 100", "0 of 100 (60 before the late policy)", "0 of 100 (disqualified;
+    60 before)" on every page, command and export (`Grade.text`)
+    score   = correctness + speed
     correctness = correctness_points          if the grading passed (every check that ran
                                               passed; the grader's verdict), else 0
     speed       = max(points of every threshold with min_speedup <= headline)
@@ -87,7 +94,7 @@ def validate_thresholds(thresholds: Sequence[SpeedThreshold]) -> str | None:
     return None
 
 
-def speed_points(policy: PointsPolicy, headline: float | None) -> float:
+def _speed_points(policy: PointsPolicy, headline: float | None) -> float:
     """The points of the highest threshold `headline` reaches (0 for None or none)."""
     if headline is None or not math.isfinite(headline):
         return 0.0
@@ -99,4 +106,52 @@ def score(policy: PointsPolicy, *, passed: bool, headline: float | None) -> Scor
     of its `headline` speedup (only when it passed)."""
     if not passed:
         return ZERO
-    return Score(correctness=policy.correctness_points, speed=speed_points(policy, headline))
+    return Score(correctness=policy.correctness_points, speed=_speed_points(policy, headline))
+
+
+#: Why a grade is 0 although its grading earned points.
+WITHHELD_LATE, WITHHELD_DISQUALIFIED = "late", "disqualified"
+
+
+@dataclass(frozen=True)
+class Grade:
+    """What one submission earns and what counts (points).
+
+    Attributes:
+        earned: the score of its grading (verdicts and benchmark under the policy).
+        counted: the grade: `earned`, or 0 when `withheld` says why not.
+        withheld: None, ``late`` or ``disqualified`` (disqualification wins when both).
+        max_total: the assignment's best possible score.
+    """
+
+    earned: Score
+    counted: Score
+    withheld: str | None
+    max_total: float
+
+    @property
+    def total(self) -> float:
+        """The grade (counted points)."""
+        return self.counted.total
+
+    def text(self) -> str:
+        """The one way a grade is written: ``60 of 100``, ``0 of 100 (60 before the late
+        policy)``, ``0 of 100 (disqualified; 60 before)``."""
+        counted = f"{self.counted.total:g} of {self.max_total:g}"
+        if self.withheld == WITHHELD_LATE:
+            return f"{counted} ({self.earned.total:g} before the late policy)"
+        if self.withheld == WITHHELD_DISQUALIFIED:
+            return f"{counted} (disqualified; {self.earned.total:g} before)"
+        return counted
+
+
+def grade(policy: PointsPolicy, *, passed: bool, headline: float | None, late: bool,
+          disqualified: bool) -> Grade:
+    """The grade of one submission (module docstring): `score` of its grading (`passed`:
+    every check that ran passed; `headline`: the benchmark's headline speedup, None without
+    a GPU benchmark), withheld (0) when it is `disqualified` or `late` (the caller derives
+    `late` with submissions/lateness.py)."""
+    earned = score(policy, passed=passed, headline=headline)
+    withheld = (WITHHELD_DISQUALIFIED if disqualified else WITHHELD_LATE if late else None)
+    return Grade(earned=earned, counted=ZERO if withheld else earned, withheld=withheld,
+                 max_total=policy.max_total)

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from grader.manifest import AssignmentManifest
 from grader.source_validation import SourceRejected
 from grader.source_validation import validate_source as validate_source_text
-from submissions import assignments, audit, repository
+from submissions import assignments, audit, grades, repository
 from submissions.errors import (
     MissingFunction,
     RateLimited,
@@ -316,11 +316,13 @@ def enforce_rate_limit(
 
 @dataclass(frozen=True)
 class QueuedSubmission:
-    """An accepted upload: the submission, its assignment's settings, and how many of the
-    assignment's submissions the student has used (this one included)."""
+    """An accepted upload: the submission, its assignment's settings, the rules it is read
+    under (the uploader's due date in force), and how many of the assignment's submissions
+    the student has used (this one included)."""
 
     submission: Submission
     assignment: Assignment
+    rules: grades.AssignmentRules
     used: int
 
 
@@ -335,8 +337,9 @@ def create_submission(
     now: dt.datetime,
 ) -> QueuedSubmission:
     """Validate an upload against the source rules and the assignment's upload rules, and
-    queue it. The source text, its sha256, the derived grading seed and the late flag are
-    stored in the database (no shared disk needed).
+    queue it. The source text, its sha256 and the derived grading seed
+    are stored in the database (no shared disk needed); lateness is not (it is derived
+    whenever read, submissions/lateness.py).
 
     Order: the assignment and its dates first (nothing else matters if it is closed), then
     the file, then (with the student row locked) the submission limit and the rate limit.
@@ -346,8 +349,9 @@ def create_submission(
     RateLimited.
     """
     manifest = resolve_assignment(assignment_name)
-    assignment = assignments.load(session, name=manifest.name, now=now)
-    late = assignments.check_upload_window(assignment, now=now)
+    rules = grades.rules(session, assignment=manifest.name, now=now, student_id=student.id)
+    assignment = rules.assignment
+    assignments.check_upload_window(assignment, due_at=rules.due_for(student.id), now=now)
     source_text = validate_source(
         upload, assignment=manifest, max_bytes=settings.max_upload_bytes
     )
@@ -377,9 +381,9 @@ def create_submission(
         derive_seed=lambda submission_id: derive_grading_seed(
             deployment_seed=deployment_seed, submission_id=submission_id
         ),
-        is_late=late,
     )
-    return QueuedSubmission(submission=submission, assignment=assignment, used=used + 1)
+    return QueuedSubmission(submission=submission, assignment=assignment, rules=rules,
+                            used=used + 1)
 
 
 # ------------------------------------------------------------------------ visibility

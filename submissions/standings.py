@@ -1,17 +1,22 @@
-"""Standings: the leaderboard and each student's score, computed from stored gradings.
+"""Standings: the leaderboard and each student's grade, computed from stored gradings
+under today's rules (submissions/grades.py: the points policy, the due dates in force).
 
 Two phases per assignment:
 
-- ``provisional`` (no final run yet): each student's best passing on-time, not disqualified
-  submission, ranked by its current grading's headline speedup (higher first; ties: earlier
-  first; passes without a GPU benchmark follow, by time).
-- ``final`` (a final ranking run exists; the latest decides): the same submissions re-graded
-  on the run's secret seed, ranked by that run's headline. A submission that failed there,
-  or is still waiting, is listed without a rank and with the reason; a submission
-  disqualified since is left out.
+- ``provisional`` (no final run yet): each student's best passing, on-time, not
+  disqualified submission, ranked by its current grading's headline speedup (higher
+  first). Equal headlines share a rank, and so do passes without a GPU benchmark (after
+  every benchmarked one): on a deployment without a GPU every pass ranks 1st. The order
+  within a tie (earlier upload first) is for display only.
+- ``final`` (a final ranking run exists; the latest decides): the same submissions
+  re-graded on the run's secret seed, ranked by that run's headline (ties as above). A
+  submission that failed there, or is still waiting, is listed without a rank and with the
+  reason.
 
-Late submissions are never ranked. Scores (submissions/scoring.py): correctness points from
-the submission's current grading, speed points from the ranked number.
+Every enrolled student has a row; those without a rank say why: ``late``, ``disqualified``,
+no passing submission, no submission, or the final run's reason. Grades
+(submissions/scoring.py): correctness from the submission's current grading, speed from
+the ranked number; late and disqualified work is graded 0 with what it earned beside it.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from submissions import assignments, repository
+from submissions import grades, repository
 from submissions.models import (
     INFRASTRUCTURE_ERROR,
     TERMINAL_STATUSES,
@@ -30,9 +35,15 @@ from submissions.models import (
     Grading,
     SubmissionStatus,
 )
-from submissions.scoring import Score, score, speed_points
+from submissions.repository import SubmissionVerdict
+from submissions.scoring import Grade
 
 PROVISIONAL, FINAL = "provisional", "final"
+
+
+#: ``status`` of a standing.
+RANKED, UNRANKED, NO_PASSING_SUBMISSION, NO_SUBMISSION = (
+    "ranked", "unranked", "no_passing_submission", "no_submission")
 
 
 @dataclass(frozen=True)
@@ -40,30 +51,47 @@ class Standing:
     """One student on the board.
 
     Attributes:
-        rank: 1-based, or None (final phase: failed or pending in the final run).
+        rank: 1-based (tied entries share one), or None (see `reason`).
+        status: RANKED, UNRANKED (a passing submission that does not rank: late,
+            disqualified, or the final run's reason), NO_PASSING_SUBMISSION, NO_SUBMISSION.
+        submission_id: the submission the row is about (the ranked one; else the best
+            passing one, else the latest); None without a submission.
         headline_speedup: the ranked number (the final run's in the final phase).
         grading_id: the grading that gives the ranked number.
         reason: why there is no rank (None when ranked).
-        score: correctness points of the submission + speed points of the ranked number.
+        grade: the student's grade (submissions/scoring.py); None: nothing graded.
+        counts: the student's submissions of the assignment (all, late now, disqualified).
     """
 
     rank: int | None
+    status: str
     student_id: int
     student_name: str
-    submission_id: int
-    grading_id: int
+    submission_id: int | None
+    grading_id: int | None
     headline_speedup: float | None
     device: str | None
-    submitted_at: dt.datetime
+    submitted_at: dt.datetime | None
     reason: str | None
-    score: Score
+    grade: Grade | None
+    counts: SubmissionCounts
+
+
+@dataclass(frozen=True)
+class SubmissionCounts:
+    """How many submissions of the assignment a student has, late (now) and disqualified."""
+
+    total: int = 0
+    late: int = 0
+    disqualified: int = 0
 
 
 @dataclass(frozen=True)
 class Board:
-    """The standings of one assignment."""
+    """The standings of one assignment: ranked rows (best first), then unranked ones."""
 
     assignment: Assignment
+    rules: grades.AssignmentRules
     phase: str
     final_run: FinalRun | None
     standings: list[Standing]
@@ -88,61 +116,184 @@ def final_run_reason(grading: Grading) -> str | None:
             f"{grading.error_message or ''}").rstrip(": ")
 
 
-def _currently_passing(submission) -> bool:  # noqa: ANN001 - a Submission
-    current = submission.current_grading
-    return current is not None and current.status == SubmissionStatus.PASSED
+def _best_first(verdict: SubmissionVerdict) -> tuple:
+    return (verdict.headline_speedup is None, -(verdict.headline_speedup or 0.0),
+            verdict.submitted_at, verdict.submission_id)
+
+
+def _passed(verdict: SubmissionVerdict) -> bool:
+    return verdict.status == SubmissionStatus.PASSED
+
+
+@dataclass(frozen=True)
+class _Student:
+    """One student's submissions sorted into what ranks and what does not."""
+
+    eligible: SubmissionVerdict | None  # best passing, on time, not disqualified
+    fallback: SubmissionVerdict | None  # the submission an unranked row is about
+    reason: str | None
+    status: str
+    counts: SubmissionCounts
+
+
+def _sort_student(rules: grades.AssignmentRules, student_id: int,
+                  verdicts: list[SubmissionVerdict]) -> _Student:
+    def late(v: SubmissionVerdict) -> bool:
+        return rules.is_late(student_id=student_id, uploaded_at=v.submitted_at)
+
+    counts = SubmissionCounts(total=len(verdicts), late=sum(1 for v in verdicts if late(v)),
+                              disqualified=sum(1 for v in verdicts if v.disqualified))
+    passing = sorted((v for v in verdicts if _passed(v)), key=_best_first)
+    eligible = [v for v in passing if not v.disqualified and not late(v)]
+    if eligible:
+        return _Student(eligible[0], eligible[0], None, RANKED, counts)
+    if not verdicts:
+        return _Student(None, None, "no submission", NO_SUBMISSION, counts)
+    undisqualified = [v for v in passing if not v.disqualified]
+    if undisqualified:
+        due = rules.due_for(student_id)
+        return _Student(None, undisqualified[0],
+                        f"late: every passing submission was uploaded after the due date "
+                        f"in force ({due.isoformat() if due else 'none'})", UNRANKED, counts)
+    if passing:
+        return _Student(None, passing[0], "disqualified: "
+                        + (passing[0].disqualified_reason or "by staff"), UNRANKED, counts)
+    return _Student(None, verdicts[-1], "no passing submission", NO_PASSING_SUBMISSION, counts)
+
+
+def _tied_ranks(keys: list[tuple]) -> list[int]:
+    """Competition ranks ("1, 1, 3") of `keys` sorted best first: equal keys share a rank."""
+    ranks: list[int] = []
+    for position, key in enumerate(keys, start=1):
+        ranks.append(ranks[-1] if ranks and key == keys[position - 2] else position)
+    return ranks
+
+
+def _unranked(student: _Student, student_name: str, student_id: int,
+              rules: grades.AssignmentRules, *, reason: str | None = None,
+              status: str | None = None, verdict: SubmissionVerdict | None = None,
+              grade: Grade | None = None, grading_id: int | None = None) -> Standing:
+    verdict = verdict or student.fallback
+    return Standing(
+        rank=None, status=status or student.status, student_id=student_id,
+        student_name=student_name,
+        submission_id=verdict.submission_id if verdict else None,
+        grading_id=grading_id or (verdict.grading_id if verdict else None),
+        headline_speedup=None, device=verdict.device if verdict else None,
+        submitted_at=verdict.submitted_at if verdict else None,
+        reason=reason or student.reason,
+        grade=grade if grade is not None else
+        (rules.grade_of_verdict(verdict) if verdict else None),
+        counts=student.counts)
+
+
+def _ranked(rows: list[tuple[tuple, Standing]]) -> list[Standing]:
+    rows.sort(key=lambda pair: pair[0])
+    ranks = _tied_ranks([key[:2] for key, _ in rows])
+    return [Standing(**{**s.__dict__, "rank": rank}) for rank, (_key, s) in zip(ranks, rows)]
 
 
 def board(session: Session, *, assignment: str, now: dt.datetime) -> Board:
-    """The leaderboard of `assignment` (see the module docstring).
+    """The leaderboard of `assignment` with a row for every enrolled student (see the
+    module docstring).
 
     Raises:
         UnknownAssignment: not in the manifest.
     """
-    row = assignments.load(session, name=assignment, now=now)
-    policy = assignments.points_policy(row)
-    run = repository.latest_final_run(session, assignment=assignment)
-    if run is None:
-        entries = repository.best_passing_submissions(session, assignment=assignment)
-        standings = [
-            Standing(
-                rank=position, student_id=e.student_id, student_name=e.student_name,
-                submission_id=e.submission_id, grading_id=e.grading_id,
-                headline_speedup=e.headline_speedup, device=e.device,
-                submitted_at=e.submitted_at, reason=None,
-                score=score(policy, passed=True, headline=e.headline_speedup),
-            )
-            for position, e in enumerate(entries, start=1)
-        ]
-        return Board(assignment=row, phase=PROVISIONAL, final_run=None, standings=standings)
-
+    rules = grades.rules(session, assignment=assignment, now=now)
+    row = rules.assignment
+    by_student: dict[int, list[SubmissionVerdict]] = {}
+    verdicts = repository.assignment_verdicts(session, assignment=row.name)
+    for verdict in verdicts:
+        by_student.setdefault(verdict.student_id, []).append(verdict)
+    students = {s.id: s.name for s in repository.list_students(session)}
+    sorted_students = {sid: _sort_student(rules, sid, by_student.get(sid, []))
+                       for sid in students}
+    run = repository.latest_final_run(session, assignment=row.name)
     ranked: list[tuple[tuple, Standing]] = []
     unranked: list[Standing] = []
+    if run is None:
+        for sid, student in sorted_students.items():
+            best = student.eligible
+            if best is None:
+                unranked.append(_unranked(student, students[sid], sid, rules))
+                continue
+            ranked.append((_best_first(best), Standing(
+                rank=None, status=RANKED, student_id=sid, student_name=students[sid],
+                submission_id=best.submission_id, grading_id=best.grading_id,
+                headline_speedup=best.headline_speedup, device=best.device,
+                submitted_at=best.submitted_at, reason=None,
+                grade=rules.grade_of_verdict(best), counts=student.counts)))
+        return Board(assignment=row, rules=rules, phase=PROVISIONAL, final_run=None,
+                     standings=_ranked(ranked) + _unranked_order(unranked))
+
+    by_submission = {v.submission_id: v for v in verdicts}
+    in_run: set[int] = set()
     for grading in repository.final_run_gradings(session, final_run_id=run.id):
-        submission = grading.submission
-        if submission.disqualified_at is not None:
+        verdict = by_submission.get(grading.submission_id)
+        if verdict is None:
             continue
+        sid = verdict.student_id
+        in_run.add(sid)
+        student = sorted_students[sid]
+        currently_passing = _passed(verdict)
         reason = final_run_reason(grading)
-        passed = reason is None
-        standing = Standing(
-            rank=None, student_id=submission.student_id, student_name=submission.student.name,
-            submission_id=submission.id, grading_id=grading.id,
-            headline_speedup=grading.headline_speedup if passed else None,
-            device=grading.device, submitted_at=submission.created_at, reason=reason,
-            score=Score(
-                correctness=policy.correctness_points if _currently_passing(submission) else 0.0,
-                speed=speed_points(policy, grading.headline_speedup) if passed else 0.0),
-        )
-        if passed:
-            key = (grading.headline_speedup is None, -(grading.headline_speedup or 0.0),
-                   submission.created_at, submission.id)
-            ranked.append((key, standing))
+        ranked_headline = grading.headline_speedup if reason is None else None
+        if verdict.disqualified:
+            reason = "disqualified: " + (verdict.disqualified_reason or "by staff")
+        elif rules.is_late(student_id=sid, uploaded_at=verdict.submitted_at):
+            reason = student.reason if student.eligible is None else (
+                "late under today's due date; a new final run ranks the on-time submission")
+        if reason is not None:
+            unranked.append(_unranked(
+                student, students[sid], sid, rules, reason=reason, status=UNRANKED,
+                verdict=verdict, grading_id=grading.id,
+                grade=rules.grade_of_verdict(verdict, passed=currently_passing,
+                                             headline=ranked_headline)))
+            continue
+        key = (grading.headline_speedup is None, -(grading.headline_speedup or 0.0),
+               verdict.submitted_at, verdict.submission_id)
+        ranked.append((key, Standing(
+            rank=None, status=RANKED, student_id=sid, student_name=students[sid],
+            submission_id=verdict.submission_id, grading_id=grading.id,
+            headline_speedup=grading.headline_speedup, device=grading.device,
+            submitted_at=verdict.submitted_at, reason=None,
+            grade=rules.grade_of_verdict(verdict, passed=currently_passing,
+                                         headline=grading.headline_speedup),
+            counts=student.counts)))
+    for sid, student in sorted_students.items():
+        if sid in in_run:
+            continue
+        if student.eligible is not None:
+            unranked.append(_unranked(
+                student, students[sid], sid, rules, status=UNRANKED,
+                reason="not in the final ranking run (a later change; start a new final run "
+                       "to rank it)",
+                grade=rules.grade_of_verdict(student.eligible, passed=True, headline=None)))
         else:
-            unranked.append(standing)
-    ranked.sort(key=lambda pair: pair[0])
-    standings = [
-        Standing(**{**s.__dict__, "rank": position})
-        for position, (_key, s) in enumerate(ranked, start=1)
-    ]
-    unranked.sort(key=lambda s: (s.submitted_at, s.submission_id))
-    return Board(assignment=row, phase=FINAL, final_run=run, standings=standings + unranked)
+            unranked.append(_unranked(student, students[sid], sid, rules))
+    return Board(assignment=row, rules=rules, phase=FINAL, final_run=run,
+                 standings=_ranked(ranked) + _unranked_order(unranked))
+
+
+def _unranked_order(rows: list[Standing]) -> list[Standing]:
+    """Unranked rows: those with a submission first (by upload), then by student id."""
+    return sorted(rows, key=lambda s: (s.submitted_at is None,
+                                       s.submitted_at or dt.datetime.min.replace(tzinfo=dt.UTC),
+                                       s.student_id))
+
+
+def rankable_submissions(session: Session, *, assignment: str,
+                         now: dt.datetime) -> tuple[grades.AssignmentRules, list[SubmissionVerdict]]:
+    """Each student's best passing, on-time, not disqualified submission (what the
+    provisional board ranks and a final run re-grades), best first, with the rules used.
+
+    Raises:
+        UnknownAssignment: not in the manifest.
+    """
+    rules = grades.rules(session, assignment=assignment, now=now)
+    by_student: dict[int, list[SubmissionVerdict]] = {}
+    for verdict in repository.assignment_verdicts(session, assignment=rules.assignment.name):
+        by_student.setdefault(verdict.student_id, []).append(verdict)
+    best = [_sort_student(rules, sid, verdicts).eligible for sid, verdicts in by_student.items()]
+    return rules, sorted((v for v in best if v is not None), key=_best_first)

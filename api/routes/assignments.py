@@ -1,11 +1,14 @@
 """Assignments: their settings (dates, late policy, limits, leaderboard visibility, points),
-the final ranking run, and the LMS grade export."""
+students' extensions, the final ranking run, and the grade exports."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, status
+from typing import Annotated
+
+from fastapi import APIRouter, Query, status
 from fastapi.responses import Response
 
+from api.bodies import CSV_OPENAPI, CsvBody
 from api.deps import (
     CurrentPrincipal,
     InstructorOnly,
@@ -14,20 +17,31 @@ from api.deps import (
     SettingsDep,
     StaffOnly,
 )
-from api.params import AssignmentName
-from api.presenters import grading_finished
+from api.params import AssignmentName, StudentId
+from api.presenters import extension_read, grading_finished
 from api.schemas import (
     AssignmentList,
     AssignmentRead,
     AssignmentUpdate,
     ErrorResponse,
+    ExtensionGrant,
+    ExtensionList,
+    ExtensionRead,
     FinalRunRead,
     FinalRunRow,
 )
 from api.views import assignment_view
 from grader.manifest import MANIFESTS
-from submissions import assignments, exports, final_runs, repository, standings
-from submissions.models import FinalRun, Grading
+from submissions import (
+    assignments,
+    exports,
+    extensions,
+    final_runs,
+    grades,
+    repository,
+    standings,
+)
+from submissions.models import Extension, FinalRun, Grading
 
 router = APIRouter(prefix="/api/v1/assignments", tags=["assignments"])
 
@@ -53,13 +67,20 @@ def read_assignment(name: AssignmentName, principal: CurrentPrincipal, session: 
 
 @router.patch("/{name}", response_model=AssignmentRead,
               responses={**_UNKNOWN, 403: {"model": ErrorResponse,
-                                           "description": "instructor_required"}})
-def update_assignment(name: AssignmentName, body: AssignmentUpdate, principal: InstructorOnly,
-                      session: SessionDep, settings: SettingsDep, now: NowDep) -> AssignmentRead:
+                                           "description": "instructor_required"},
+                         409: {"model": ErrorResponse, "description": "due_date_in_past"}})
+def update_assignment(
+    name: AssignmentName, body: AssignmentUpdate, principal: InstructorOnly,
+    session: SessionDep, settings: SettingsDep, now: NowDep,
+    confirm_past_due: Annotated[bool, Query(
+        description="set a due date that has already passed (else 409 due_date_in_past)")] = False,
+) -> AssignmentRead:
     """Change settings (instructors). Only the fields sent change; `null` clears a date or
-    a limit. Recorded in the audit log with the old and new values."""
+    a limit. A new due date in the past needs `confirm_past_due=true`. Recorded in the
+    audit log with the old and new values; lateness and grades follow at once."""
     changes = body.model_dump(exclude_unset=True)
-    assignments.update(session, name=name, changes=changes, actor=principal.actor, now=now)
+    assignments.update(session, name=name, changes=changes, actor=principal.actor, now=now,
+                       confirm_past_due=confirm_past_due)
     return assignment_view(session, name=name, principal=principal, settings=settings, now=now)
 
 
@@ -116,3 +137,105 @@ def export_lms(name: AssignmentName, principal: StaffOnly, session: SessionDep,
     text = exports.lms_csv(session, assignment=name, actor=principal.actor, now=now)
     return Response(text, media_type="text/csv; charset=utf-8",
                     headers={"Content-Disposition": f'attachment; filename="grades-{name}.csv"'})
+
+
+# --------------------------------------------------------------------------- extensions
+
+
+def _extension_read(session, name: str, extension: Extension, now) -> ExtensionRead:  # noqa: ANN001
+    rules = grades.rules(session, assignment=name, now=now, student_id=extension.student_id)
+    return extension_read(extension, student_name=extension.student.name,
+                          due_at=rules.due_for(extension.student_id))
+
+
+_EXTENSION_ERRORS = {**_UNKNOWN, 403: {"model": ErrorResponse,
+                                       "description": "instructor_required"}}
+
+
+@router.get("/{name}/extensions", response_model=ExtensionList, responses=_UNKNOWN)
+def list_extensions(name: AssignmentName, _: StaffOnly, session: SessionDep,
+                    now: NowDep) -> ExtensionList:
+    """Every student's extension of the assignment, with the due date it puts in force
+    (staff)."""
+    return ExtensionList(extensions=[
+        _extension_read(session, name, e, now)
+        for e in extensions.list_extensions(session, assignment=name)])
+
+
+@router.put("/{name}/extensions/{student_id}", response_model=ExtensionRead,
+            responses={**_EXTENSION_ERRORS,
+                       404: {"model": ErrorResponse, "description": "student_not_found"}})
+def grant_extension(name: AssignmentName, student_id: StudentId, body: ExtensionGrant,
+                    principal: InstructorOnly, session: SessionDep,
+                    now: NowDep) -> ExtensionRead:
+    """Grant or replace a student's extension (instructors): a new due date, or extra days
+    past the class-wide one, and the reason. Lateness and grades of the student's uploads
+    are derived again everywhere at once. Audited (old and new terms)."""
+    extension = extensions.grant(
+        session, assignment=name, student_id=student_id,
+        terms=extensions.ExtensionTerms(due_at=body.due_at, extra_days=body.extra_days,
+                                        reason=body.reason),
+        actor=principal.actor, now=now)
+    return _extension_read(session, name, extension, now)
+
+
+@router.delete("/{name}/extensions/{student_id}", status_code=status.HTTP_204_NO_CONTENT,
+               responses={**_EXTENSION_ERRORS,
+                          404: {"model": ErrorResponse, "description": "extension_not_found"}})
+def revoke_extension(name: AssignmentName, student_id: StudentId, principal: InstructorOnly,
+                     session: SessionDep, now: NowDep) -> Response:
+    """Revoke a student's extension (instructors); the class-wide due date applies to them
+    again. Audited."""
+    extensions.revoke(session, assignment=name, student_id=student_id, actor=principal.actor,
+                      now=now)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post("/{name}/extensions/import", response_model=ExtensionList,
+             openapi_extra=CSV_OPENAPI,
+             responses={**_EXTENSION_ERRORS, 422: {
+                 "model": ErrorResponse, "description": "extensions_csv_invalid: nothing "
+                 "changed; `errors` lists every problem with its line"}})
+def import_extensions(name: AssignmentName, text: CsvBody, principal: InstructorOnly,
+                      session: SessionDep, now: NowDep) -> ExtensionList:
+    """Grant a class's accommodations from a CSV (instructors): columns `student_id`,
+    `email`, `id` or `name` (the student), `due_at` or `extra_days`, `reason`. All or
+    nothing."""
+    granted = extensions.import_csv(session, assignment=name, text=text,
+                                    actor=principal.actor, now=now)
+    return ExtensionList(extensions=[_extension_read(session, name, e, now) for e in granted])
+
+
+# ------------------------------------------------------------------ course-wide exports
+
+
+def _csv_download(text: str, filename: str) -> Response:
+    return Response(text, media_type="text/csv; charset=utf-8",
+                    headers={"Content-Disposition": f'attachment; filename="{filename}"'})
+
+
+@router.get("/export/canvas", response_class=Response, responses={
+    200: {"content": {"text/csv": {}}, "description": "Student,ID,SIS User ID,SIS Login ID,"
+          "Section, then one column per assignment; the second row is Points Possible"}})
+def export_canvas(principal: StaffOnly, session: SessionDep, now: NowDep) -> Response:
+    """Every assignment's grade in one CSV for Canvas's gradebook import (staff; audited)."""
+    return _csv_download(exports.canvas_csv(session, actor=principal.actor, now=now),
+                         "grades-canvas.csv")
+
+
+@router.get("/export/moodle", response_class=Response, responses={
+    200: {"content": {"text/csv": {}}, "description": "Full name,Email address,ID number, "
+          "then NAME (Real) and Feedback: NAME per assignment"}})
+def export_moodle(principal: StaffOnly, session: SessionDep, now: NowDep) -> Response:
+    """Every assignment's grade in one CSV for Moodle's grade import (staff; audited)."""
+    return _csv_download(exports.moodle_csv(session, actor=principal.actor, now=now),
+                         "grades-moodle.csv")
+
+
+@router.get("/{name}/export/gradescope", response_model=exports.GradescopeClassExport,
+            responses=_UNKNOWN)
+def export_gradescope_class(name: AssignmentName, principal: StaffOnly, session: SessionDep,
+                            now: NowDep) -> exports.GradescopeClassExport:
+    """Every enrolled student's Gradescope results.json for the assignment: that of the
+    submission their grade comes from (staff; audited)."""
+    return exports.gradescope_class(session, assignment=name, actor=principal.actor, now=now)

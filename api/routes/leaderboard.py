@@ -36,11 +36,13 @@ def read_leaderboard(
     assignment: AssignmentQuery = DEFAULT_ASSIGNMENT,
     format: Annotated[Literal["json", "csv"], Query(description="csv: staff export")] = "json",  # noqa: A002
 ) -> Leaderboard | Response:
-    """Each student's ranked submission (late ones are never ranked; disqualified ones are
-    hidden). Provisional: best passing on-time submission by headline speedup (higher
-    first; ties: earlier first; passes without a GPU benchmark follow, by time). Final
-    (after a final ranking run): that run's numbers; failed or pending ones have no rank and
-    say why. Students see an anonymised board (no names, ids or times of others) with their
+    """Each student's ranked submission (late and disqualified ones are never ranked).
+    Provisional: best passing on-time submission by headline speedup (higher first; equal
+    headlines share a rank, and so do passes without a GPU benchmark, after the
+    benchmarked ones). Final (after a final ranking run): that run's numbers; failed or
+    pending ones have no rank and say why. Staff also get every unranked student with the
+    reason (late, disqualified, no passing submission, no submission). Students see an
+    anonymised board (no names, ids or times of others, no other unranked rows) with their
     own row marked, unless staff hid the board."""
     board = leaderboard_view(session, assignment=assignment, principal=principal, now=now)
     if format == "csv" and not principal.is_staff:

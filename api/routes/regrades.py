@@ -3,29 +3,21 @@ verdicts and scores side by side, then apply or discard (submissions/regrades.py
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Annotated
 
 from fastapi import APIRouter, Query, status
-from sqlalchemy.orm import Session
 
 from api.deps import NowDep, SessionDep, StaffOnly
 from api.params import Offset, RegradeId
 from api.presenters import regrade_read, regrade_summary
 from api.schemas import ErrorResponse, RegradeCreate, RegradeList, RegradeRead, StoredText
-from submissions import assignments, regrades
-from submissions.models import RegradeBatch
-from submissions.scoring import PointsPolicy
+from submissions import regrades
 
 router = APIRouter(prefix="/api/v1/regrades", tags=["regrades"])
 
 _NOT_FOUND = {404: {"model": ErrorResponse, "description": "regrade_not_found"}}
 _DECIDED = {409: {"model": ErrorResponse, "description": "regrade_already_decided, or "
                   "regrade_pending (apply only)"}}
-
-
-def _policy(session: Session, batch: RegradeBatch, now: dt.datetime) -> PointsPolicy:
-    return assignments.points_policy(assignments.load(session, name=batch.assignment, now=now))
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=RegradeRead,
@@ -43,7 +35,7 @@ def create_regrade(body: RegradeCreate, principal: StaffOnly, session: SessionDe
     batch, busy = regrades.create_regrade(session, selection=selection, actor=principal.actor,
                                           now=now)
     preview = regrades.preview(session, batch_id=batch.id)
-    return regrade_read(preview, _policy(session, batch, now), left_out_busy=busy)
+    return regrade_read(preview, left_out_busy=busy)
 
 
 @router.get("", response_model=RegradeList)
@@ -64,7 +56,7 @@ def read_regrade(regrade_id: RegradeId, _: StaffOnly, session: SessionDep, now: 
     checks, headline, score, grader version) side by side; `pending` counts those not
     finished."""
     preview = regrades.preview(session, batch_id=regrade_id)
-    return regrade_read(preview, _policy(session, preview.batch, now))
+    return regrade_read(preview)
 
 
 @router.post("/{regrade_id}/apply", response_model=RegradeRead,
@@ -75,7 +67,7 @@ def apply_regrade(regrade_id: RegradeId, principal: StaffOnly, session: SessionD
     applied; both gradings stay in each submission's history. Audited."""
     preview, unchanged = regrades.apply(session, batch_id=regrade_id, actor=principal.actor,
                                         now=now)
-    return regrade_read(preview, _policy(session, preview.batch, now), unchanged=unchanged)
+    return regrade_read(preview, unchanged=unchanged)
 
 
 @router.post("/{regrade_id}/discard", response_model=RegradeRead,
@@ -85,4 +77,4 @@ def discard_regrade(regrade_id: RegradeId, principal: StaffOnly, session: Sessio
     """Close the batch without applying it (finished gradings stay in the history, queued
     ones are dropped). Audited."""
     preview = regrades.discard(session, batch_id=regrade_id, actor=principal.actor, now=now)
-    return regrade_read(preview, _policy(session, preview.batch, now))
+    return regrade_read(preview)

@@ -47,7 +47,7 @@ from api.schemas import (
 )
 from api.uploads import UPLOAD_OPENAPI, UploadDep
 from api.views import submission_summaries
-from submissions import assignments, exports, idempotency, moderation, repository, service
+from submissions import exports, grades, idempotency, moderation, repository, service
 from submissions.errors import Overloaded, StudentNotFound
 from submissions.exports import GradescopeResults
 from submissions.models import Submission
@@ -109,8 +109,9 @@ def create_submission(
     answer = SubmissionCreated(
         id=queued.submission.id, status=queued.submission.current_grading.status
         if queued.submission.current_grading else "queued",
-        assignment=queued.submission.assignment, late=queued.submission.is_late,
-        due_at=queued.assignment.due_at, submissions_used=queued.used,
+        assignment=queued.submission.assignment,
+        late=queued.rules.submission_late(queued.submission),
+        due_at=queued.rules.due_for(student.id), submissions_used=queued.used,
         max_submissions=queued.assignment.max_submissions,
     )
     idempotent.finish(session, claim, status_code=202, body=answer.model_dump(mode="json"))
@@ -152,9 +153,9 @@ def _submission_view(session: Session, submission_id: int, principal: Principal,
                      now: dt.datetime) -> SubmissionRead:
     """The submission as `principal` may read it (SubmissionNotFound otherwise)."""
     submission = _visible(session, submission_id, principal)
-    row = assignments.load(session, name=submission.assignment, now=now)
-    return submission_read(submission, policy=assignments.points_policy(row),
-                           due_at=row.due_at, staff_view=principal.is_staff)
+    rules = grades.rules(session, assignment=submission.assignment, now=now,
+                         student_id=submission.student_id)
+    return submission_read(submission, rules=rules, staff_view=principal.is_staff)
 
 
 @router.get(
@@ -240,10 +241,10 @@ def list_gradings(
     """Every grading of the submission, oldest first: its upload's, regrades (with the
     grader version that produced each) and final ranking runs. Seeds are staff-only."""
     submission = _visible(session, submission_id, principal)
-    policy = assignments.points_policy(assignments.load(session, name=submission.assignment,
-                                                        now=now))
+    rules = grades.rules(session, assignment=submission.assignment, now=now,
+                         student_id=submission.student_id)
     return GradingList(gradings=[
-        grading_read(g, policy=policy, staff_view=principal.is_staff)
+        grading_read(g, rules=rules, staff_view=principal.is_staff)
         for g in repository.list_gradings(session, submission_id=submission.id)
     ])
 

@@ -11,6 +11,7 @@ Callers import the package (``from submissions import repository``) and call
 - `queue`: the job queue over ``gradings`` (claim, lease, expiry, results); its docstring
   explains why a job is claimed and finalised exactly once.
 - `regrades`, `final_runs`: gradings staff add to submissions.
+- `extensions`: students' extensions of due dates.
 - `standings`: the queries behind the leaderboard and the grade exports.
 - `audit`: the staff action log.
 - `idempotency`: stored first answers of POSTs sent with an Idempotency-Key.
@@ -19,6 +20,7 @@ Callers import the package (``from submissions import repository``) and call
 
 from submissions.repository.assignments import *  # noqa: F403
 from submissions.repository.audit import *  # noqa: F403
+from submissions.repository.extensions import *  # noqa: F403
 from submissions.repository.final_runs import *  # noqa: F403
 from submissions.repository.idempotency import *  # noqa: F403
 from submissions.repository.observability import *  # noqa: F403

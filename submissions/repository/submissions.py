@@ -88,7 +88,6 @@ def insert_submission(
     original_filename: str | None,
     now: dt.datetime,
     derive_seed: Callable[[int], int] | None = None,
-    is_late: bool = False,
 ) -> Submission:
     """Insert a submission and queue its grading (current from the start, students'
     priority); flushes so that both ids are assigned.
@@ -104,7 +103,6 @@ def insert_submission(
         source_bytes=source_bytes,
         original_filename=original_filename,
         created_at=now,
-        is_late=is_late,
     )
     session.add(submission)
     session.flush()

@@ -22,7 +22,8 @@ def _submission(**fields) -> SubmissionRead:
     base = dict(
         id=7, student_id=1, assignment="softmax_backward", status="passed",
         headline_speedup=None, created_at=NOW, finished_at=NOW, late=False, disqualified=False,
-        score={"correctness_points": 60, "speed_points": 0, "total": 60, "max_total": 100},
+        score={"correctness_points": 60, "speed_points": 0, "total": 60, "max_total": 100,
+               "earned_total": 60, "text": "60 of 100"},
         student_name="ada", filename="k.py", source_sha256="0" * 64, source_bytes=10,
         checks=[{"name": "autograd_fp32", "passed": True, "skipped": False, "message": "ok",
                  "numbers": {"cases": 5, "max_abs_err": 1e-7, "max_err_over_tolerance": 0.01}}],
@@ -51,9 +52,14 @@ def test_a_result_without_a_seed_renders_with_grader_checks_table_and_the_score(
 
 
 def test_late_and_disqualified_submissions_say_so() -> None:
-    text = _render(_submission(late=True, due_at=NOW, disqualified=True,
-                               disqualification={"reason": "copied", "at": NOW}))
-    assert "late: uploaded after the due date (2026-12-01 12:00 UTC)" in text
+    text = _render(_submission(
+        late=True, due_at=NOW, disqualified=True,
+        disqualification={"reason": "copied", "at": NOW},
+        score={"correctness_points": 0, "speed_points": 0, "total": 0, "max_total": 100,
+               "earned_total": 60, "withheld": "disqualified",
+               "text": "0 of 100 (disqualified; 60 before)"}))
+    assert "late: uploaded after your due date (2026-12-01 12:00 UTC)" in text
+    assert "score: 0 of 100 (disqualified; 60 before)" in text
     assert "disqualified on 2026-12-01 12:00 UTC: copied" in text
 
 

@@ -321,3 +321,102 @@ def test_api_reference_renders_with_the_network_off(pages_factory: Any, server: 
     reader.shot("redoc")
     assert_accessible(reader, "redoc")
     assert elsewhere == [], f"requests left this server: {elsewhere}"
+
+
+def test_instructor_walks_a_term_on_the_staff_pages(
+        pages_factory: Any, server: Any, tmp_path: Path) -> None:
+    """Roster import (tokens downloaded once), uploads, a due date moved into the past
+    (confirmed), an extension that makes one upload on time again, the final ranking run
+    and the Canvas gradebook: the grade on the roster, the board and the export agree.
+    Last in the module, on the assignment the other tests leave alone."""
+    import csv
+    import datetime as dt
+    import io
+    import time
+
+    name = "softmax_cross_entropy_backward"
+    source = ("# fake-grader: verdict=passed\n"
+              "def softmax_cross_entropy_backward(x, t, grad):\n    return x\n")
+    soon = (dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)).isoformat()
+    server.api("PATCH", f"/api/v1/assignments/{name}", json={"due_at": soon})
+
+    instructor = pages_factory(accept_downloads=True)
+    page = instructor.page
+    instructor.sign_in(INSTRUCTOR_TOKEN)
+    instructor.goto(f"/staff/students?assignment={name}")
+    assert_accessible(instructor, "roster")
+    page.get_by_label("Roster CSV").fill("name,email,id\nterm-ann,ann@example.edu,t1\n"
+                                         ",nobody@example.edu,t2\nterm-ben,ben-at-example,t3\n")
+    page.get_by_role("button", name="Import and download tokens").click()
+    alert = page.get_by_role("alert").inner_text()
+    assert "line 3:" in alert and "line 4:" in alert  # every bad row at once
+    page.get_by_label("Roster CSV").fill("name,email,id\nterm-ann,ann@example.edu,t1\n"
+                                         "term-ben,ben@example.edu,t3\n")
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Import and download tokens").click()
+    saved = tmp_path / "tokens.csv"
+    download.value.save_as(saved)
+    rows = {r["name"]: r for r in csv.DictReader(io.StringIO(saved.read_text()))}
+    uploads = {}
+    for student in ("term-ann", "term-ben"):
+        submission = server.api("POST", "/api/v1/submissions", rows[student]["token"],
+                                files={"file": ("k.py", source.encode(), "text/x-python")},
+                                data={"assignment": name})["id"]
+        uploads[student] = server.wait_final(submission)
+
+    # The due date moves into the past: the page asks first, and both uploads turn late.
+    instructor.goto(f"/staff/assignments/{name}")
+    past = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M")
+    page.get_by_label("Due at (UTC; empty: no due date)").fill(past)
+    page.get_by_role("button", name="Save settings").click()
+    assert "due_date_in_past" in page.get_by_role("alert").inner_text()
+    assert_accessible(instructor, "settings-confirm")
+    page.get_by_label(re.compile("Yes, set a due date in the past")).check()
+    page.get_by_role("button", name="Save settings").click()
+    page.wait_for_url(re.compile(r"\?done=saved$"))
+    instructor.goto(f"/staff/students?assignment={name}")
+    ann_row = page.locator("tbody tr", has_text="term-ann")
+    assert "0 of 100 (100 before the late policy)" in ann_row.inner_text()
+
+    # An extension to just after Ann's upload makes it on time.
+    uploaded = dt.datetime.fromisoformat(uploads["term-ann"]["created_at"].replace("Z", "+00:00"))
+    instructor.goto(f"/staff/extensions?assignment={name}")
+    assert_accessible(instructor, "extensions")
+    page.get_by_label("Student").select_option(value=rows["term-ann"]["student_id"])
+    page.get_by_label("New due date (UTC), or").fill(
+        (uploaded + dt.timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%S"))
+    page.get_by_label("Reason").fill("accommodation")
+    page.get_by_role("button", name="Grant extension").click()
+    page.wait_for_url(re.compile(r"done=granted$"))
+    assert "accommodation" in page.locator("table tbody").inner_text()
+    instructor.goto(f"/staff/students?assignment={name}")
+    ann_row = page.locator("tbody tr", has_text="term-ann")
+    assert "100 of 100" in ann_row.inner_text() and "extension: accommodation" in ann_row.inner_text()
+    instructor.shot("roster-standing")
+
+    # The final ranking run, once every due date in force has passed.
+    while dt.datetime.now(dt.UTC) <= uploaded + dt.timedelta(seconds=3):
+        time.sleep(0.2)
+    instructor.goto(f"/staff/assignments/{name}")
+    page.get_by_role("button", name="Start the final ranking run").click()
+    page.wait_for_url(re.compile(r"\?done=final_run$"))
+    deadline = time.monotonic() + 60
+    while not server.api("GET", f"/api/v1/assignments/{name}")["final_run"]["finished"]:
+        assert time.monotonic() < deadline, "the final run did not finish"
+        time.sleep(0.3)
+    instructor.goto(f"/leaderboard?assignment={name}")
+    assert "(final)" in page.locator("h1").inner_text()
+    assert page.locator("table.board tbody tr", has_text="term-ann").count() == 1
+    assert "term-ben" in page.locator("table.unranked").inner_text()
+    assert_accessible(instructor, "final-board")
+
+    # The Canvas gradebook carries the same grades.
+    instructor.goto("/staff/exports")
+    assert_accessible(instructor, "exports-all")
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Download Canvas CSV").click()
+    canvas = tmp_path / "canvas.csv"
+    download.value.save_as(canvas)
+    grades = {r["Student"]: r[name] for r in csv.DictReader(io.StringIO(canvas.read_text()))}
+    assert grades["Points Possible"] == "100"
+    assert (grades["term-ann"], grades["term-ben"]) == ("100", "0")

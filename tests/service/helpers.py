@@ -199,10 +199,12 @@ def create_staff(client: TestClient, name: str = "grace", role: str = "ta") -> t
     return response.json()["id"], response.json()["token"]
 
 
-def configure(client: TestClient, assignment: str = "softmax_backward", **fields: Any) -> dict:
+def configure(client: TestClient, assignment: str = "softmax_backward", *,
+              confirm_past_due: bool = False, **fields: Any) -> dict:
     """PATCH an assignment's settings as the bootstrap instructor (datetimes as ISO text)."""
     body = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in fields.items()}
     response = client.patch(f"/api/v1/assignments/{assignment}", json=body,
+                            params={"confirm_past_due": "true"} if confirm_past_due else None,
                             headers=instructor_headers())
     assert response.status_code == 200, response.text
     return response.json()

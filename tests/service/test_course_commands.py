@@ -88,8 +88,11 @@ def test_a_term_with_the_course_commands(tmp_path: Path) -> None:
         assert "restored" in course("restore", "2", as_env=ta)
 
         # After the due date: the final ranking run.
-        course("set", "softmax_backward", "--due",
-               (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)).isoformat(), as_env=instructor)
+        just_past = (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)).isoformat()
+        assert "due_date_in_past" in course("set", "softmax_backward", "--due", just_past,
+                                            as_env=instructor, code=2)  # asks to confirm
+        course("set", "softmax_backward", "--due", just_past, "--confirm-past-due",
+               as_env=instructor)
         assert "instructor_required" in course("final-run", "softmax_backward", "--start",
                                                as_env=ta, code=2)
         course("final-run", "softmax_backward", "--start", as_env=instructor)

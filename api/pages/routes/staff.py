@@ -17,11 +17,19 @@ from api.deps import NowDep, SessionDep, SettingsDep
 from api.pages.rendering import PageRoute, redirect, render
 from api.pages.routes.student import MAX_DB_INT, SubmissionId
 from api.pages.security import CheckedForm, FormFields, InstructorViewer, StaffViewer
-from api.presenters import regrade_read, regrade_summary, student_read
+from api.presenters import regrade_read, regrade_summary, score_read, student_read
 from api.schemas import AssignmentUpdate, DisqualifyRequest, RegradeCreate, RestoreRequest
 from api.views import assignment_view, submission_summaries
 from grader.manifest import MANIFESTS
-from submissions import assignments, exports, moderation, regrades, repository, service
+from submissions import (
+    assignments,
+    exports,
+    moderation,
+    regrades,
+    repository,
+    service,
+    standings,
+)
 from submissions.errors import DomainError, StudentNotFound
 
 router = APIRouter(route_class=PageRoute, include_in_schema=False, tags=["pages"])
@@ -58,10 +66,30 @@ def _optional_int(form: FormFields, name: str) -> int | str | None:
 
 
 @router.get("/staff/students")
-def read_students(request: Request, viewer: StaffViewer, session: SessionDep) -> Response:
-    """Every student (GET /api/v1/students)."""
-    students = [student_read(s) for s in repository.list_students(session)]
-    return render(request, "students.html", viewer=viewer, students=students)
+def read_students(request: Request, viewer: StaffViewer, session: SessionDep, now: NowDep,
+                  assignment: Annotated[str | None, Query(max_length=100)] = None) -> Response:
+    """Every student with their standing in one assignment (submitted or not, grade,
+    lateness, extension: the board of submissions/standings.py); instructors add students
+    and import a roster here (api/pages/routes/term.py)."""
+    return roster_page(request, viewer, session, now=now, assignment=assignment)
+
+
+def roster_page(request: Request, viewer: Any, session: Any, *, now: dt.datetime,
+                assignment: str | None, error: DomainError | None = None,
+                roster_text: str = "") -> Response:
+    """The roster page (with a refused import's `error` and text, when there is one)."""
+    board = standings.board(session, assignment=assignment or next(iter(MANIFESTS)), now=now)
+    rows = []
+    for student in repository.list_students(session):
+        standing = board.of_student(student.id)
+        extension = board.rules.extension_of(student.id)
+        rows.append({"student": student_read(student), "standing": standing,
+                     "grade": score_read(standing.grade) if standing else None,
+                     "due_at": board.rules.due_for(student.id), "extension": extension})
+    return render(request, "students.html", viewer=viewer,
+                  status_code=error.http_status if error else 200, rows=rows,
+                  assignment=board.assignment.name, assignment_names=list(MANIFESTS),
+                  phase=board.phase, error=error, roster_text=roster_text)
 
 
 @router.get("/staff/students/{student_id}")
@@ -143,10 +171,8 @@ def read_regrade(request: Request, regrade_id: Annotated[int, Path(ge=1, le=MAX_
                  done: str | None = None) -> Response:
     """The preview: old and new grading side by side; apply or discard once decided."""
     preview = regrades.preview(session, batch_id=regrade_id)
-    policy = assignments.points_policy(
-        assignments.load(session, name=preview.batch.assignment, now=now))
     return render(request, "regrade.html", viewer=viewer,
-                  batch=regrade_read(preview, policy, left_out_busy=left_out_busy), done=done)
+                  batch=regrade_read(preview, left_out_busy=left_out_busy), done=done)
 
 
 @router.post("/staff/regrades/{regrade_id}/apply")
@@ -179,6 +205,7 @@ def read_settings(request: Request, name: Annotated[str, Path(max_length=100)],
     row = assignments.load(session, name=name, now=now)
     return render(request, "settings.html", viewer=viewer, assignment=current,
                   values=_form_values(row), done=done, error=None)
+
 
 
 def _datetime_local(moment: dt.datetime | None) -> str:
@@ -271,7 +298,8 @@ def update_settings(request: Request, name: Annotated[str, Path(max_length=100)]
         body = validated(AssignmentUpdate, raw)
         if changed:
             assignments.update(session, name=name, changes=body.model_dump(exclude_unset=True),
-                               actor=viewer.principal.actor, now=now)
+                               actor=viewer.principal.actor, now=now,
+                               confirm_past_due=bool(form.first("confirm_past_due")))
     except DomainError as exc:
         session.rollback()
         current = assignment_view(session, name=name, principal=viewer.principal,

@@ -20,7 +20,7 @@ from api.schemas import AssignmentRead, Status
 from api.uploads import UploadDep
 from api.views import assignment_view, leaderboard_view, submission_summaries
 from grader.manifest import DEFAULT_ASSIGNMENT, MANIFESTS
-from submissions import assignments, repository, service
+from submissions import grades, repository, service
 from submissions.errors import DomainError
 from submissions.settings import Settings
 
@@ -98,11 +98,10 @@ def read_report(request: Request, submission_id: SubmissionId,
     disqualification; the gradings' history. Staff also get disqualify/restore."""
     submission = service.get_visible_submission(
         session, submission_id=submission_id, viewer_student_id=viewer.principal.student_id)
-    row = assignments.load(session, name=submission.assignment, now=now)
-    policy = assignments.points_policy(row)
-    read = submission_read(submission, policy=policy, due_at=row.due_at,
-                           staff_view=viewer.is_staff)
-    gradings = [grading_read(g, policy=policy, staff_view=viewer.is_staff)
+    rules = grades.rules(session, assignment=submission.assignment, now=now,
+                         student_id=submission.student_id)
+    read = submission_read(submission, rules=rules, staff_view=viewer.is_staff)
+    gradings = [grading_read(g, rules=rules, staff_view=viewer.is_staff)
                 for g in repository.list_gradings(session, submission_id=submission.id)]
     return render(request, "submission.html", viewer=viewer, submission=read,
                   report=build_report(read), gradings=gradings, done=done)

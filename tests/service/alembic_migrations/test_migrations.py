@@ -26,6 +26,7 @@ from submissions.models import Base
 from ..conftest import DatabaseServer
 
 EXPECTED_TABLES = {"students", "submissions", "check_verdicts", "worker_heartbeats", "gradings",
+                   "extensions",
                    "regrade_batches", "final_runs", "assignments", "staff_members",
                    "audit_events"}
 
@@ -190,6 +191,49 @@ def test_grading_history_migration_keeps_every_result_and_reverses(
             assert connection.execute(text(
                 "SELECT submission_id FROM check_verdicts ORDER BY id")).scalars().all() == [1, 2, 2]
         assert "gradings" not in inspect(engine).get_table_names()
+    finally:
+        engine.dispose()
+        database_server.drop(url)
+
+
+def test_extensions_migration_drops_the_stale_late_flag_and_its_downgrade_derives_it(
+    database_server: DatabaseServer,
+) -> None:
+    """0007: `submissions.is_late` (frozen at upload, so wrong after a date change) is
+    dropped and `extensions` created; the downgrade restores the flag from the class-wide
+    due dates as they are then, not as they were at upload."""
+    url = _empty_database(database_server)
+    engine = create_db_engine(url)
+    due = dt.datetime(2026, 12, 15, 23, 59)
+    try:
+        command.upgrade(alembic_config(database_url=url), "0006")
+        with engine.begin() as connection:
+            connection.execute(text(
+                "INSERT INTO students (id, name, name_key, token_sha256, created_at) "
+                "VALUES (1, 'ada', 'ada', :token, :now)"), {"token": "1" * 64, "now": due})
+            connection.execute(text(
+                "INSERT INTO assignments (name, due_at, late_policy, leaderboard_visible, "
+                "correctness_points, speed_points, created_at) VALUES ('softmax_backward', "
+                ":due, 'mark_late', true, 100, '[]', :due)"), {"due": due})
+            for submission_id, offset_h, stale in ((1, -1, True), (2, 1, False)):
+                connection.execute(text(
+                    "INSERT INTO submissions (id, student_id, assignment, source_text, "
+                    "source_sha256, source_bytes, created_at, is_late) VALUES (:id, 1, "
+                    "'softmax_backward', 'x', :sha, 1, :at, :stale)"),
+                    {"id": submission_id, "sha": "0" * 64, "stale": stale,
+                     "at": due + dt.timedelta(hours=offset_h)})
+
+        upgrade_to_head(database_url=url)
+        assert "is_late" not in {c["name"] for c in inspect(engine).get_columns("submissions")}
+        assert "extensions" in inspect(engine).get_table_names()
+
+        command.downgrade(alembic_config(database_url=url), "0006")
+        assert "extensions" not in inspect(engine).get_table_names()
+        with engine.connect() as connection:
+            flags = connection.execute(
+                text("SELECT id, is_late FROM submissions ORDER BY id")).all()
+        assert [(r.id, bool(r.is_late)) for r in flags] == [(1, False), (2, True)]
+        upgrade_to_head(database_url=url)
     finally:
         engine.dispose()
         database_server.drop(url)

@@ -41,7 +41,8 @@ def test_every_manifest_assignment_is_listed_with_default_settings(client) -> No
     assert first["leaderboard_visible"] is True
     assert first["points"] == {"correctness_points": 100.0, "speed_points": [], "max_points": 100.0}
     assert first["rate_limit_submissions"] == 20 and first["rate_limit_window_s"] == 3600
-    assert first["you"] == {"submissions_used": 0, "submissions_left": None}
+    assert first["you"] == {"submissions_used": 0, "submissions_left": None, "due_at": None,
+                            "extension": False}
     assert first["updated_by"] is None
 
 
@@ -140,7 +141,8 @@ def test_due_edge_and_late_policy(client, db_session, policy) -> None:
     grade_next(db_session, make_outcome("failed"))
     grade_next(db_session, make_outcome(speedup=3.0))
     board = client.get("/api/v1/leaderboard", headers=instructor_headers()).json()
-    assert board["rows"] == []
+    assert [(r["rank"], r["reason"].split(":")[0]) for r in board["rows"]] == [(None, "late")]
+    assert board["rows"][0]["score"]["text"] == "0 of 100 (100 before the late policy)"
     listed = client.get("/api/v1/submissions", headers=bearer(token)).json()["submissions"]
     assert [s["late"] for s in listed] == [True, False]
 
@@ -157,7 +159,8 @@ def test_submission_limit_counts_everything_but_infrastructure_errors(client, db
     assert error["code"] == "submission_limit_reached"
     assert (error["max_submissions"], error["used"]) == (2, 2)
     assignment = client.get("/api/v1/assignments/softmax_backward", headers=bearer(token)).json()
-    assert assignment["you"] == {"submissions_used": 2, "submissions_left": 0}
+    assert assignment["you"] == {"submissions_used": 2, "submissions_left": 0, "due_at": None,
+                                 "extension": False}
     # Our fault does not use up a submission.
     db_session.execute(update(Grading).where(Grading.submission_id == first["id"]).values(
         status=SubmissionStatus.ERROR, error_kind=INFRASTRUCTURE_ERROR))

@@ -63,11 +63,12 @@ def test_lms_csv_has_a_row_for_every_student(client, db_session) -> None:
         "80", "20", "100", "100", "2.4", "provisional")
     assert (rows["bob"]["status"], rows["bob"]["score"], rows["bob"]["submissions"]) == (
         "no_passing_submission", "0", "1")
-    assert (rows["cy"]["status"], rows["cy"]["score"], rows["cy"]["disqualified_submissions"]) == (
-        "no_passing_submission", "0", "1")
+    assert (rows["cy"]["status"], rows["cy"]["score"], rows["cy"]["disqualified_submissions"],
+            rows["cy"]["reason"]) == ("unranked", "0", "1", "disqualified: copied")
     dee = rows["dee"]
     assert (dee["status"], dee["score"], dee["late_submissions"], dee["late_score"]) == (
-        "no_passing_submission", "0", "1", "85")
+        "unranked", "0", "1", "85")
+    assert dee["reason"].startswith("late: ")
     assert dee["late_submission_id"] != ""
     assert (rows["eve"]["status"], rows["eve"]["submissions"], rows["eve"]["score"]) == (
         "no_submission", "0", "0")

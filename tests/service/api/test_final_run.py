@@ -68,7 +68,9 @@ def test_final_run_ranks_on_a_secret_seed_and_failures_lose_their_rank(client, d
     _clock, tokens, ids = _course(client, db_session)
     provisional = client.get("/api/v1/leaderboard", headers=instructor_headers()).json()
     assert provisional["phase"] == "provisional"
-    assert [r["submission_id"] for r in provisional["rows"]] == [ids["ada"], ids["bob"]]
+    assert [r["submission_id"] for r in provisional["rows"] if r["rank"]] == [ids["ada"], ids["bob"]]
+    assert [(r["student_name"], r["reason"].split(":")[0]) for r in provisional["rows"]
+            if not r["rank"]] == [("dee", "no passing submission"), ("cy", "late")]
 
     _, ta = create_staff(client, "grace", "ta")
     refused = client.post(FINAL_RUN, headers=bearer(ta))
@@ -97,7 +99,7 @@ def test_final_run_ranks_on_a_secret_seed_and_failures_lose_their_rank(client, d
     board = client.get("/api/v1/leaderboard", headers=instructor_headers()).json()
     assert board["phase"] == "final" and board["final_run_id"] == run["id"]
     assert [(r["rank"], r["student_name"], r["headline_speedup"]) for r in board["rows"]] == [
-        (1, "bob", 1.2), (None, "ada", None)]
+        (1, "bob", 1.2), (None, "ada", None), (None, "dee", None), (None, "cy", None)]
     assert board["rows"][1]["reason"] == "failed in the final ranking run: a check failed"
     # Scores: bob's speed points come from the final run (1.2x -> 10), ada keeps her
     # correctness points and loses the speed ones.
@@ -133,7 +135,9 @@ def test_final_run_ranks_on_a_secret_seed_and_failures_lose_their_rank(client, d
     assert (lms["ada"]["status"], lms["ada"]["score"], lms["ada"]["speed_points"]) == (
         "unranked", "50", "0")
     assert lms["ada"]["reason"].startswith("failed in the final ranking run")
-    assert lms["cy"]["status"] == "no_passing_submission" and lms["cy"]["late_score"] == "100"
+    assert (lms["cy"]["status"], lms["cy"]["score"], lms["cy"]["late_score"]) == (
+        "unranked", "0", "100")
+    assert lms["cy"]["reason"].startswith("late")
 
     [event] = db_session.scalars(select(AuditEvent).where(AuditEvent.action == "final_run.create"))
     assert event.details["students"] == 2 and str(seed) not in str(event.details)
@@ -152,7 +156,10 @@ def test_a_disqualified_submission_leaves_the_final_ranking(client, db_session) 
     client.post(f"/api/v1/submissions/{ids['ada']}/disqualify", json={"reason": "copied"},
                 headers=instructor_headers())
     rows = client.get("/api/v1/leaderboard", headers=instructor_headers()).json()["rows"]
-    assert [(r["rank"], r["student_name"]) for r in rows] == [(1, "bob")]
+    assert [(r["rank"], r["student_name"]) for r in rows if r["rank"]] == [(1, "bob")]
+    ada = next(r for r in rows if r["student_name"] == "ada")
+    assert ada["reason"] == "disqualified: copied"
+    assert ada["score"]["text"] == "0 of 100 (disqualified; 100 before)"
 
 
 @pytest.mark.parametrize("case", ["no_due_date", "before_due_date", "final_run_empty"])

@@ -32,13 +32,28 @@ def test_ranking_best_per_student_ties_and_unbenchmarked_rows(client, db_session
     board = client.get("/api/v1/leaderboard", headers=instructor_headers()).json()
     rows = [(r["rank"], r["student_name"], r["submission_id"], r["headline_speedup"])
             for r in board["rows"]]
-    assert rows == [
-        (1, "bob", bob_best, 2.0),     # tie at 2.0: bob's submission came first
-        (2, "ada", ada_best, 2.0),     # ada's best, not her earlier 1.1
-        (3, "cy", cy_cpu, None),       # passing without a GPU benchmark: after, by time
-        (4, "dee", dee_cpu, None),
+    assert rows[:4] == [
+        (1, "bob", bob_best, 2.0),     # tie at 2.0: the same rank (listed by upload time)
+        (1, "ada", ada_best, 2.0),     # ada's best, not her earlier 1.1
+        (3, "cy", cy_cpu, None),       # passing without a GPU benchmark: tied, after
+        (3, "dee", dee_cpu, None),
     ]
     assert ada_slow not in {r[2] for r in rows}
+    # Staff see the unranked student too, with the reason.
+    assert [(r["rank"], r["student_name"], r["reason"]) for r in board["rows"][4:]] == [
+        (None, "eve", "no passing submission")]
+
+
+def test_a_board_without_benchmarks_ranks_every_pass_first(client, db_session) -> None:
+    tokens = {name: create_student(client, name)[1] for name in ["ada", "bob", "cy", "dee"]}
+    for name in ("ada", "bob", "cy"):
+        _submit_and_grade(client, db_session, tokens[name], make_outcome(speedup=None))
+    board = client.get("/api/v1/leaderboard", headers=instructor_headers()).json()
+    assert [(r["rank"], r["student_name"], r["reason"]) for r in board["rows"]] == [
+        (1, "ada", None), (1, "bob", None), (1, "cy", None), (None, "dee", "no submission")]
+    # A student sees the tie, and not the others' unranked rows.
+    rows = client.get("/api/v1/leaderboard", headers=bearer(tokens["bob"])).json()["rows"]
+    assert [(r["rank"], r["is_you"]) for r in rows] == [(1, False), (1, True), (1, False)]
 
 
 def test_students_see_an_anonymised_board_with_their_row_marked(client, db_session) -> None:

@@ -85,7 +85,11 @@ def test_a_row_that_contradicts_an_existing_student_is_refused(client) -> None:
     assert response.status_code == 422
     assert "has external_id 's001'" in response.json()["error"]["errors"][0]["message"]
     response = _import(client, "name,email,id\nBob,ada@example.edu,s002\nCarl,,s002\n")
-    assert response.json()["error"]["errors"][0]["message"] == "the same id as line 2"
+    errors = response.json()["error"]["errors"]
+    # Both problems at once: line 2 matches Ada by e-mail and contradicts her id, line 3
+    # repeats line 2's id.
+    assert [(e["line"], e["message"]) for e in errors][1] == (3, "the same id as line 2")
+    assert errors[0]["line"] == 2 and "has external_id 's001'" in errors[0]["message"]
 
 
 def test_import_needs_an_instructor_and_a_csv_body(client) -> None:
@@ -98,3 +102,21 @@ def test_import_needs_an_instructor_and_a_csv_body(client) -> None:
     latin1 = client.post("/api/v1/students/import", content="name\nJosé\n".encode("latin-1"),
                          headers={**instructor_headers(), "Content-Type": "text/csv"})
     assert latin1.json()["error"]["code"] == "source_not_utf8"
+
+
+def test_every_bad_row_is_reported_in_one_pass(client, db_session) -> None:
+    """The rows' own problems and their clashes with enrolled students come back together,
+    so a roster with four bad rows takes one round of fixes."""
+    client.post("/api/v1/students", json={"name": "Ada", "email": "ada@example.edu",
+                                          "external_id": "s001"}, headers=instructor_headers())
+    bad = ("name,email,id\n"
+           "Ada,ada@example.edu,s999\n"      # contradicts the enrolled Ada's id
+           ",x@example.edu,s010\n"           # no name
+           "Bob,bob-at-example,s002\n"       # malformed e-mail
+           "Cy,cy@example.edu,s003\n"        # fine
+           "Dee,ada@example.edu,s004\n")     # line 2's e-mail, and Ada's with another id
+    response = _import(client, bad)
+    assert response.status_code == 422
+    lines = [e["line"] for e in response.json()["error"]["errors"]]
+    assert sorted(set(lines)) == [2, 3, 4, 6]  # line 5 is fine; line 6 has two problems
+    assert [s.name for s in db_session.scalars(select(Student))] == ["Ada"]

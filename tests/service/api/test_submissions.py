@@ -28,7 +28,7 @@ def test_valid_upload_is_queued_and_stored_with_its_hash(client, db_session, set
     assert stored.source_text == source
     assert stored.source_sha256 == hashlib.sha256(source.encode()).hexdigest()
     assert stored.original_filename == "evil name.py"  # display only, never a path
-    assert stored.student_id == student_id and not stored.is_late
+    assert stored.student_id == student_id
     assert stored.seed == derive_grading_seed(
         deployment_seed="test-deployment-seed", submission_id=submission_id
     )

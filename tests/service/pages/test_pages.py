@@ -297,7 +297,9 @@ def test_ta_disqualifies_and_restores_through_the_forms(client: TestClient,
     assert response.status_code == 303
     assert client.get(f"/api/v1/submissions/{submission_id}",
                       headers=bearer(ada)).json()["disqualification"]["reason"] == "copied"
-    assert "ada" not in client.get("/leaderboard").text.split("<tbody>")[1]
+    board = client.get("/leaderboard").text
+    assert "ada" not in board.split("<tbody>")[1]
+    assert "ada" in board.split('id="unranked"')[1] and "disqualified: copied" in board
     again = client.post(f"/submissions/{submission_id}/disqualify",
                         data={"reason": "twice", "csrf_token": csrf})
     assert again.status_code == 409 and "already_disqualified" in again.text

@@ -2,8 +2,8 @@
 pod) on its heartbeat row, and ``fleet_controllers``, the last state each fleet controller
 (`grader fleet slurm`) saw and acted on, so that /healthz and /metrics show the fleet.
 
-Revision ID: 0007
-Revises: 0006
+Revision ID: 0008
+Revises: 0007
 Create Date: 2026-12-01 21:45:00+00:00
 """
 
@@ -12,8 +12,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0007"
-down_revision: str | None = "0006"
+revision: str = "0008"
+down_revision: str | None = "0007"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
