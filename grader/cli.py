@@ -118,8 +118,7 @@ def _grade_one(args: argparse.Namespace, console, settings, prestarted) -> int:
         console.print(f"[red]infrastructure error[/]: {reason}")
         return ExitCode.INFRASTRUCTURE
     _write_json(document, args.json)
-    if not args.quiet:
-        render_result(document, console, source_name=path.name)
+    render_result(document, console, source_name=path.name, quiet=args.quiet)
     return document.exit_code
 
 
@@ -211,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--benchmark", choices=["off", "on", "auto"], default="off",
                        help="after all checks pass, time the kernel on the GPU (auto: only when on CUDA)")
     check.add_argument("--timeout", type=float, default=None, help="wall-clock limit for the submission's process, s")
-    check.add_argument("--quiet", action="store_true", help="no table")
+    check.add_argument("--quiet", action="store_true", help="print the verdict in one line, no table")
     check.add_argument("--unsafe-no-sandbox", action="store_true",
                        help="run the submission without bubblewrap (only for your own code on your own machine)")
     check.add_argument("--job-on-stdin", action="store_true",
