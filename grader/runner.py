@@ -235,7 +235,8 @@ def _run_child(plan: Plan, assignment: Assignment, source: str, *, isolated: boo
     try:
         outcome = run_sandboxed(harness=harness_dir / "check_child.py", workdir=workdir, device=device,
                                 settings=settings, args=[str(workdir)], cache_dir=cache_dir, progress=True,
-                                compile_budget_s=settings.compile_budget_s, cancel=cancel)
+                                compile_budget_s=settings.compile_budget_s, cancel=cancel,
+                                first_call_limit_s=None if isolated else settings.first_call_timeout_s)
     except SandboxUnavailable as exc:
         raise InfrastructureError(str(exc)) from exc
     return workdir, outcome
@@ -279,7 +280,8 @@ class PrestartedChild:
                 harness=harness / "check_child.py", workdir=self.workdir, device=self.device, settings=self.settings,
                 args=[str(self.workdir), "--started-ahead"], cache_dir=self.cache_dir, progress=True,
                 compile_budget_s=self.settings.compile_budget_s, cancel=self._cancel,
-                idle_s=lambda now: (self._handed or now) - self._started)
+                idle_s=lambda now: (self._handed or now) - self._started,
+                first_call_limit_s=self.settings.first_call_timeout_s)
         except BaseException as exc:  # noqa: BLE001 - the run falls back to a child of its own
             self._failure = exc
 
@@ -380,6 +382,16 @@ def _child_phases(outcome: ChildOutcome) -> dict[str, float]:
         if begin_at is not None and end_at is not None:
             phases[name] = end_at - begin_at
     return phases
+
+
+def _first_input(plan: Plan) -> str | None:
+    """The main child's first call's input in words for a message: ``a 1x2 input`` (the shape
+    of its output, which is that of its inputs), or None when the plan has no such call."""
+    steps = plan.steps(isolated=False)
+    call = steps[0].calls[0] if steps and steps[0].calls else None
+    if call is None or not call.expected:
+        return None
+    return f"a {'x'.join(str(n) for n in call.expected[0].shape)} input"
 
 
 def _run_isolated(plan: Plan, assignment: Assignment, source: str, evidence: CheckEvidence, finished: set[str], *,
@@ -526,7 +538,7 @@ def _checks_beside_isolated(plan: Plan, assignment: Assignment, source: str, rep
     timings["compile"] = outcome.compile_s
     timings.update(_child_phases(outcome))
     evidence_calls, finished = read_evidence(plan.steps(isolated=False), workdir)
-    process_error = child_error(outcome, workdir, settings, device=device)
+    process_error = child_error(outcome, workdir, settings, device=device, first_input=_first_input(plan))
     error = process_error or call_level_error(evidence_calls)
     # The run ended at a call (not at the import, and not a limit that broke the calls after it):
     # checks that failed before are failures of the submission, whatever happened next.

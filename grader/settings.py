@@ -21,6 +21,13 @@ class GraderSettings(BaseSettings):
             namespaces: only for machines where bwrap cannot run, and reported in the result.
         child_timeout_s: wall-clock limit for the whole untrusted child, seconds, not counting
             the time it spends compiling Triton kernels (up to ``compile_budget_s``).
+        first_call_timeout_s: limit of the correctness child's first call (the plan's first,
+            smallest input: 1x2 for softmax_backward) in CPU seconds of the child (2x as many
+            wall seconds for a call that blocks), compile time left out
+            (grader/sandbox.py ``_FirstCallWatch``): a kernel that never returns there ends in
+            seconds with "did not return on a 1x2 input: an infinite loop?" instead of at
+            ``child_timeout_s``. Far above what that call takes: 0.3-1 CPU s on the CPU
+            interpreter (its first launch loads the interpreter), less on a GPU.
         compile_budget_s: Triton compilation time of a correctness child that is left out of
             ``child_timeout_s``, seconds (docs/checks.md, "Compile time"). The parent times it
             from the ``compile begin``/``compile end`` lines the harness writes on its progress
@@ -47,6 +54,7 @@ class GraderSettings(BaseSettings):
 
     sandbox: Literal["bwrap", "unsafe-none"] = "bwrap"
     child_timeout_s: float = Field(default=180.0, gt=0)
+    first_call_timeout_s: float = Field(default=5.0, gt=0)
     compile_budget_s: float = Field(default=300.0, ge=0)
     memory_limit_bytes: int = Field(default=8 * 1024**3, gt=0)
     max_processes: int = Field(default=256, gt=0)
