@@ -107,6 +107,22 @@ def _exit_code(status: str) -> int:
         status, EXIT_PENDING)
 
 
+def progress_line(submission: SubmissionRead, *, waited_s: float) -> str:
+    """What ``grader submit`` shows while it waits: ``queued (number 3 in the queue) ... 12 s``
+    or ``running: the checks, then on a GPU the benchmark (attempt 1; 40 s of at most 1800 s)``
+    (the API's ``progress``; an older server without it: the status and the time waited)."""
+    progress = submission.progress
+    if submission.status == "running":
+        if progress is not None and progress.elapsed_s is not None:
+            limit = f" of at most {progress.limit_s:g} s" if progress.limit_s else ""
+            return (f"running: the checks, then on a GPU the benchmark (attempt {submission.attempts}; "
+                    f"{progress.elapsed_s:.0f} s{limit})")
+        return f"running (attempt {submission.attempts}) ... {waited_s:.0f} s"
+    place = (f" (number {progress.queue_position} in the queue)"
+             if progress is not None and progress.queue_position else "")
+    return f"queued{place} ... {waited_s:.0f} s"
+
+
 #: Longest long-poll the CLI asks for (the server allows 60 s).
 LONG_POLL_S = 30
 
@@ -131,10 +147,7 @@ def wait_for_verdict(client: ServiceClient, console: Console, submission_id: int
             if submission.status in TERMINAL:
                 return submission
             elapsed = time.monotonic() - started
-            if submission.status == "running":
-                progress.update(f"grading (attempt {submission.attempts}) ... {elapsed:.0f} s")
-            else:
-                progress.update(f"queued ... {elapsed:.0f} s")
+            progress.update(progress_line(submission, waited_s=elapsed))
             if elapsed >= timeout_s:
                 return None
             time.sleep(max(0.0, poll_interval_s - (time.monotonic() - asked)))
