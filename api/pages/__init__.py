@@ -6,7 +6,8 @@ front-end build step). They share the API's tokens, roles, service functions and
 - api/pages/rendering.py: templates, filters, security headers, errors as pages;
 - api/pages/report.py, charts.py: a submission's report and its benchmark charts (SVG);
 - api/pages/routes/: session (sign-in, home), student (upload, report, history, leaderboard),
-  staff (students, regrades, settings, exports, audit, disqualification), checks (/checks:
+  staff (students, regrades, settings, exports, audit, disqualification), analytics
+  (/staff/analytics: the class's picture), checks (/checks:
   docs/checks.md, api/pages/checks_doc.py), docs (/docs, /redoc from vendored assets);
 - api/pages/templates/, static/ (pages.css, pages.js, vendor/: htmx, Swagger UI, Redoc).
 """
@@ -24,8 +25,9 @@ STATIC = Path(__file__).parent / "static"
 def install_pages(app: FastAPI) -> None:
     """Mount the pages, their static files and the API reference on `app` (whose
     ``docs_url``/``redoc_url`` must be None: these replace FastAPI's CDN-backed ones)."""
-    from api.pages.routes import checks, docs, session, staff, student
+    from api.pages.routes import analytics, checks, docs, session, staff, student
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    for router in (session.router, student.router, staff.router, checks.router, docs.router):
+    for router in (session.router, student.router, staff.router, analytics.router, checks.router,
+                   docs.router):
         app.include_router(router)

@@ -366,3 +366,19 @@ def test_a_failed_report_leads_with_its_summary_on_a_phone_and_a_laptop(
     assert "dx = [0.5625, -0.5625]" in row.inner_text()
     assert _overflow_px(page) <= 0
     assert_accessible(student, f"checks-{width}")
+
+
+def test_staff_read_the_class_analytics_on_a_phone(pages_factory: Any, server: Any) -> None:
+    _, token = server.create_student("ana-analytics")
+    server.wait_final(server.upload(token, kernel("document=flipped_sign")), token)
+    staff = pages_factory()
+    page = staff.page
+    page.set_viewport_size({"width": 390, "height": 844})
+    staff.sign_in(INSTRUCTOR_TOKEN)
+    page.get_by_role("link", name="Analytics", exact=True).click()
+    page.wait_for_url(re.compile(r"/staff/analytics$"))
+    row = page.locator("table.analytics tbody tr", has_text="example_two_element")
+    assert "the sign of the subtraction is flipped" in row.inner_text()
+    assert _overflow_px(page) <= 0
+    staff.shot("analytics-390")
+    assert_accessible(staff, "analytics-390")
