@@ -199,6 +199,11 @@ def test_a_refused_connection_fails_at_once_and_a_connect_timeout_is_retried() -
     sent, waits = [], []
     client = _client([httpx.ConnectTimeout("slow"), httpx.Response(200, json={})], sent, waits)
     assert client.request("POST", "/api/v1/submissions").json() == {} and len(sent) == 2
+    # Once the server has answered, a refusal is a restart (the wait of `grader submit` goes on).
+    sent, waits = [], []
+    client = _client([httpx.Response(200, json={}), httpx.ConnectError("refused"),
+                      httpx.Response(200, json={"ok": 1})], sent, waits)
+    assert client.get_json("/a") == {} and client.get_json("/b") == {"ok": 1} and len(waits) == 1
 
 
 def test_a_wrong_server_address_fails_in_well_under_a_second() -> None:
