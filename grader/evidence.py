@@ -18,7 +18,7 @@ from grader.contract import ErrorKind, GradingError
 from grader.harness.protocol import CallReport, DoneReport, StepReport
 from grader.plan import CallEvidence, Plan, PlannedCheck
 from grader.sandbox import ChildOutcome
-from grader.settings import GraderSettings
+from grader.settings import GraderSettings, first_call_limit_s
 
 
 class InfrastructureError(RuntimeError):
@@ -61,7 +61,7 @@ def timeout_message(outcome: ChildOutcome, settings: GraderSettings, *, device: 
         # end (a loop bound or stride that never moves), not slowness, so no advice on speed.
         call = f"{where}; " if where else ""
         return (f"did not return on {first_input or 'its first, smallest input'}: an infinite loop? ({call}the first"
-                f" call has {settings.first_call_timeout_s:g} CPU s of its own, compile time not counted)")
+                f" call has {first_call_limit_s(settings, device):g} CPU s of its own, compile time not counted)")
     during = f" during {where}" if where else ""
     message = f"did not finish within {settings.child_timeout_s:g} s (still running{during})"
     if device == "cpu":

@@ -43,7 +43,7 @@ from grader.evidence import (
 from grader.harness.protocol import BenchmarkRowSpec
 from grader.plan import CallEvidence, CheckEvidence, Plan
 from grader.sandbox import ChildOutcome, SandboxUnavailable, bwrap_version, run_sandboxed, stage_harness
-from grader.settings import GraderSettings
+from grader.settings import GraderSettings, first_call_limit_s
 from grader.source_validation import SourceRejected, validate_source
 from grader.version import grader_version, package_version
 
@@ -236,7 +236,7 @@ def _run_child(plan: Plan, assignment: Assignment, source: str, *, isolated: boo
         outcome = run_sandboxed(harness=harness_dir / "check_child.py", workdir=workdir, device=device,
                                 settings=settings, args=[str(workdir)], cache_dir=cache_dir, progress=True,
                                 compile_budget_s=settings.compile_budget_s, cancel=cancel,
-                                first_call_limit_s=None if isolated else settings.first_call_timeout_s)
+                                first_call_limit_s=None if isolated else first_call_limit_s(settings, device))
     except SandboxUnavailable as exc:
         raise InfrastructureError(str(exc)) from exc
     return workdir, outcome
@@ -281,7 +281,7 @@ class PrestartedChild:
                 args=[str(self.workdir), "--started-ahead"], cache_dir=self.cache_dir, progress=True,
                 compile_budget_s=self.settings.compile_budget_s, cancel=self._cancel,
                 idle_s=lambda now: (self._handed or now) - self._started,
-                first_call_limit_s=self.settings.first_call_timeout_s)
+                first_call_limit_s=first_call_limit_s(self.settings, self.device))
         except BaseException as exc:  # noqa: BLE001 - the run falls back to a child of its own
             self._failure = exc
 

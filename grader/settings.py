@@ -26,8 +26,11 @@ class GraderSettings(BaseSettings):
             wall seconds for a call that blocks), compile time left out
             (grader/sandbox.py ``_FirstCallWatch``): a kernel that never returns there ends in
             seconds with "did not return on a 1x2 input: an infinite loop?" instead of at
-            ``child_timeout_s``. Far above what that call takes: 0.3-1 CPU s on the CPU
-            interpreter (its first launch loads the interpreter), less on a GPU.
+            ``child_timeout_s``. Far above what that call takes on the CPU interpreter: 0.3-1
+            CPU s (its first launch loads the interpreter; autotuners are narrowed to one
+            config there).
+        first_call_timeout_gpu_s: the same limit on a GPU, where the first call also runs
+            every autotune config's timing (about 0.1 s each, not compile time): larger.
         compile_budget_s: Triton compilation time of a correctness child that is left out of
             ``child_timeout_s``, seconds (docs/checks.md, "Compile time"). The parent times it
             from the ``compile begin``/``compile end`` lines the harness writes on its progress
@@ -55,6 +58,7 @@ class GraderSettings(BaseSettings):
     sandbox: Literal["bwrap", "unsafe-none"] = "bwrap"
     child_timeout_s: float = Field(default=180.0, gt=0)
     first_call_timeout_s: float = Field(default=5.0, gt=0)
+    first_call_timeout_gpu_s: float = Field(default=30.0, gt=0)
     compile_budget_s: float = Field(default=300.0, ge=0)
     memory_limit_bytes: int = Field(default=8 * 1024**3, gt=0)
     max_processes: int = Field(default=256, gt=0)
@@ -64,3 +68,9 @@ class GraderSettings(BaseSettings):
     work_root: str | None = None
     precompile_threads: int = Field(default=8, ge=0, le=64)
     prestart_check_child: bool = True
+
+
+def first_call_limit_s(settings: GraderSettings, device: str) -> float:
+    """The first call's limit on `device` (``first_call_timeout_s`` or, on ``cuda``,
+    ``first_call_timeout_gpu_s``), CPU seconds."""
+    return settings.first_call_timeout_gpu_s if device == "cuda" else settings.first_call_timeout_s
