@@ -29,3 +29,29 @@ def test_a_kernel_that_never_returns_on_the_first_input_ends_in_seconds_with_the
     # machine's load and are not what this limit is about).
     setup_s = document.timings_s["inputs"] + document.timings_s["child_startup"]
     assert elapsed - setup_s < 15, (elapsed, document.timings_s)
+
+
+def test_the_first_calls_clock_runs_only_while_it_has_not_returned_and_not_while_compiling() -> None:
+    import os
+
+    from grader.sandbox import ProgressLines
+
+    read, write = os.pipe()
+    progress = ProgressLines(read)
+    progress.start()
+
+    def say(*lines: str) -> None:
+        os.write(write, "".join(f"{line}\n" for line in lines).encode())
+        time.sleep(0.2)  # read by the thread
+
+    say("import")
+    assert progress.first_call_running_s() is None  # not started
+    say("call example/0", "compile begin")
+    time.sleep(0.5)
+    say("compile end")
+    running = progress.first_call_running_s()
+    assert running is not None and running < 0.5  # the 0.5 s compiling is left out
+    say("call example/1")
+    assert progress.first_call_running_s() is None  # it returned: the next call began
+    os.close(write)
+    progress.join(timeout=5)
