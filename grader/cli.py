@@ -109,7 +109,10 @@ def _grade_one(args: argparse.Namespace, console, settings, prestarted) -> int:
         return ExitCode.INFRASTRUCTURE
     if not args.job_on_stdin:
         assignment, note = resolve_assignment(args.assignment, path.read_text(encoding="utf-8", errors="replace"))
-        if assignment is None:
+        if assignment is None:  # as the grader would find it (no such function), with what to pass
+            _write_json(ResultDocument(
+                assignment=args.assignment, verdict=Verdict.ERROR, seed=args.seed,
+                error=GradingError(kind=ErrorKind.MISSING_FUNCTION, message=note)), args.json)
             console.print(f"[red]{path.name}: {note}[/]", highlight=False)
             return ExitCode.SUBMISSION_ERROR
         if note and not args.quiet:

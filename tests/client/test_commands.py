@@ -5,6 +5,7 @@ connection options before or after the subcommand, `grader check --help`, the on
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -53,6 +54,11 @@ def test_check_refuses_the_same_mismatch_before_grading(tmp_path: Path, capsys) 
     source.write_text(XENT)
     assert cli.main(["check", str(source), "--assignment", "softmax_backward", "--device", "cpu"]) == 2
     assert "pass --assignment softmax_cross_entropy_backward" in " ".join(capsys.readouterr().out.split())
+    # With --json -, the document says it (the table goes to stderr).
+    assert cli.main(["check", str(source), "--assignment", "softmax_backward", "--json", "-"]) == 2
+    document = json.loads(capsys.readouterr().out)
+    assert document["verdict"] == "error" and document["error"]["kind"] == "missing_function"
+    assert document["summary"]["problem"].endswith("pass --assignment softmax_cross_entropy_backward")
 
 
 def test_connection_options_are_accepted_before_or_after_the_subcommand() -> None:
