@@ -6,6 +6,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from api.schemas import (
     AssignmentRead,
     CapturedLog,
@@ -15,6 +17,7 @@ from api.schemas import (
     FinalRunBrief,
     GradingBrief,
     GradingError,
+    GradingProgress,
     GradingRead,
     Points,
     Quota,
@@ -28,6 +31,7 @@ from api.schemas import (
     SubmissionSummary,
 )
 from grader.manifest import get_manifest
+from submissions import repository
 from submissions.grades import AssignmentRules
 from submissions.lateness import is_late
 from submissions.models import (
@@ -140,6 +144,23 @@ def submission_read(
         result=result if staff_view else without_seed(result),
         **staff_fields,
     )
+
+
+def grading_progress(session: Session, submission: Submission, *, limit_s: float,
+                     now: dt.datetime) -> GradingProgress | None:
+    """Where the submission's current grading stands while queued or running (None once it
+    is finished): its queue position (repository.queue_position), or the seconds since a
+    worker claimed it and `limit_s`, the worker's limit (settings.grader_timeout_s)."""
+    grading = submission.current_grading
+    if grading is None or grading.status not in ("queued", "running"):
+        return None
+    if grading.status == "queued":
+        return GradingProgress(phase="queued", queue_position=repository.queue_position(session, grading=grading))
+    started = grading.started_at
+    if started is not None and started.tzinfo is None:
+        started = started.replace(tzinfo=dt.UTC)
+    elapsed = max(0.0, (now - started).total_seconds()) if started is not None else None
+    return GradingProgress(phase="running", elapsed_s=elapsed, limit_s=limit_s)
 
 
 def grading_read(grading: Grading, *, rules: AssignmentRules, staff_view: bool) -> GradingRead:

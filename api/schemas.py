@@ -341,6 +341,23 @@ class SubmissionSummary(BaseModel):
     score: ScoreRead | None = Field(None, description="null until graded")
 
 
+class GradingProgress(BaseModel):
+    """Where an unfinished grading stands (``grader submit`` and the live page show it).
+
+    Attributes:
+        phase: ``queued`` (waiting for a worker) or ``running`` (a worker runs the grader:
+            the checks, then on a GPU the benchmark).
+        queue_position: while queued, its place in the claim order (1: next), else None.
+        elapsed_s: while running, seconds since the worker claimed it.
+        limit_s: while running, the worker's wall-clock limit for one grading, seconds.
+    """
+
+    phase: Literal["queued", "running"]
+    queue_position: int | None = None
+    elapsed_s: float | None = None
+    limit_s: float | None = None
+
+
 class SubmissionRead(SubmissionSummary):
     """A submission as its owner sees it: its current grading (the one that counts). Staff
     also get the fields marked staff-only (null for students)."""
@@ -364,6 +381,8 @@ class SubmissionRead(SubmissionSummary):
     grading_duration_s: float | None
     worker_id: str | None
     attempts: int
+    progress: GradingProgress | None = Field(
+        None, description="while queued or running: queue position, or time elapsed and the limit")
     result: dict[str, Any] | None = Field(
         None, description="the grader's result document; for students without its `seed`")
     # Staff-only.

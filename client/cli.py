@@ -30,16 +30,20 @@ from client.http import (
     resolve_server,
     resolve_token,
 )
-from grader.manifest import DEFAULT_ASSIGNMENT
+from grader.contract import ResultDocument
+from grader.manifest import DEFAULT_ASSIGNMENT, resolve_assignment
 from grader.report import render_result
 
 EXIT_PASSED, EXIT_FAILED, EXIT_ERROR, EXIT_PENDING = 0, 1, 2, 3
 
 
-def _connection_arguments(parser: argparse.ArgumentParser) -> None:
+def connection_arguments(parser: argparse.ArgumentParser, *, suppress: bool = False) -> None:
+    """``--server`` and ``--token``. `suppress`: on a subcommand's parser, so that a value given
+    before the subcommand (on the parent parser) is kept when none is given after it."""
+    default = {"default": argparse.SUPPRESS} if suppress else {}
     parser.add_argument("--server", help="the service's URL (default: $GRADER_SERVER, else "
-                        "http://127.0.0.1:8000)")
-    parser.add_argument("--token", help="your token (default: $GRADER_TOKEN)")
+                        "http://127.0.0.1:8000)", **default)
+    parser.add_argument("--token", help="your token (default: $GRADER_TOKEN)", **default)
 
 
 def _client(args: argparse.Namespace, console: Console) -> ServiceClient | None:
@@ -107,6 +111,22 @@ def _exit_code(status: str) -> int:
         status, EXIT_PENDING)
 
 
+def progress_line(submission: SubmissionRead, *, waited_s: float) -> str:
+    """What ``grader submit`` shows while it waits: ``queued (number 3 in the queue) ... 12 s``
+    or ``running: the checks, then on a GPU the benchmark (attempt 1; 40 s of at most 1800 s)``
+    (the API's ``progress``; an older server without it: the status and the time waited)."""
+    progress = submission.progress
+    if submission.status == "running":
+        if progress is not None and progress.elapsed_s is not None:
+            limit = f" of at most {progress.limit_s:g} s" if progress.limit_s else ""
+            return (f"running: the checks, then on a GPU the benchmark (attempt {submission.attempts}; "
+                    f"{progress.elapsed_s:.0f} s{limit})")
+        return f"running (attempt {submission.attempts}) ... {waited_s:.0f} s"
+    place = (f" (number {progress.queue_position} in the queue)"
+             if progress is not None and progress.queue_position else "")
+    return f"queued{place} ... {waited_s:.0f} s"
+
+
 #: Longest long-poll the CLI asks for (the server allows 60 s).
 LONG_POLL_S = 30
 
@@ -131,10 +151,7 @@ def wait_for_verdict(client: ServiceClient, console: Console, submission_id: int
             if submission.status in TERMINAL:
                 return submission
             elapsed = time.monotonic() - started
-            if submission.status == "running":
-                progress.update(f"grading (attempt {submission.attempts}) ... {elapsed:.0f} s")
-            else:
-                progress.update(f"queued ... {elapsed:.0f} s")
+            progress.update(progress_line(submission, waited_s=elapsed))
             if elapsed >= timeout_s:
                 return None
             time.sleep(max(0.0, poll_interval_s - (time.monotonic() - asked)))
@@ -149,20 +166,31 @@ def submit(argv: list[str]) -> int:
         prog="grader submit", description="Upload a file, wait for its grading and print "
         "the verdicts. Exit code: 0 passed, 1 failed, 2 error or refused, 3 no verdict in time.")
     parser.add_argument("file", type=Path)
-    _connection_arguments(parser)
-    parser.add_argument("--assignment", default=DEFAULT_ASSIGNMENT)
+    connection_arguments(parser)
+    parser.add_argument("--assignment", default=None,
+                        help="the assignment (default: the one whose function the file defines, "
+                             f"else {DEFAULT_ASSIGNMENT})")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait")
     parser.add_argument("--poll-interval", type=float, default=1.0,
                         help="least seconds between two status requests (long-polls)")
     parser.add_argument("--no-wait", action="store_true", help="upload and return")
+    parser.add_argument("--quiet", action="store_true", help="print the verdict in one line")
     args = parser.parse_args(argv)
 
-    console, errors = Console(), Console(stderr=True)
+    console, errors = Console(quiet=args.quiet), Console(stderr=True)
     try:
         content = args.file.read_bytes()
     except OSError as exc:
         errors.print(f"[red]cannot read {args.file}: {exc}[/red]")
         return EXIT_ERROR
+    # Never spend a submission on a file meant for another assignment.
+    assignment, note = resolve_assignment(args.assignment, content.decode("utf-8", "replace"))
+    if assignment is None:
+        errors.print(f"[red]{args.file.name}: {note}; nothing was uploaded[/red]", highlight=False)
+        return EXIT_ERROR
+    if note:
+        console.print(f"[dim]{note}[/dim]", highlight=False)
+    args.assignment = assignment
     client = _client(args, errors)
     if client is None:
         return EXIT_ERROR
@@ -192,8 +220,24 @@ def submit(argv: list[str]) -> int:
         errors.print(f"[red]no verdict after {args.timeout:g} s; check later with "
                      f"`grader status {created.id}`[/red]")
         return EXIT_PENDING
-    render_submission(console, submission)
+    if args.quiet:
+        print(one_line(submission))
+    else:
+        render_submission(console, submission)
     return _exit_code(submission.status)
+
+
+def one_line(submission: SubmissionRead) -> str:
+    """``submission 7: failed: fix example_two_element first; 4/13 checks passed``: the
+    summary's line (grader.contract.summarize), what ``--quiet`` prints."""
+    document = submission.result_document()
+    line = submission.status
+    if document is not None:
+        try:
+            line = ResultDocument.model_validate(document).summary.line
+        except ValidationError:  # a server newer or older than this client
+            pass
+    return f"submission {submission.id}: {line}"
 
 
 # ----------------------------------------------------------------------------- status
@@ -205,7 +249,7 @@ def status(argv: list[str]) -> int:
         prog="grader status", description="Print one of your submissions in full: verdicts, "
         "log, score, lateness (default: the latest). Exit code as `grader submit`.")
     parser.add_argument("submission_id", nargs="?", type=int)
-    _connection_arguments(parser)
+    connection_arguments(parser)
     parser.add_argument("--wait", action="store_true", help="wait for the verdict")
     parser.add_argument("--timeout", type=float, default=3600.0)
     parser.add_argument("--source", action="store_true",
@@ -255,7 +299,7 @@ def history(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="grader history", description="List the course's assignments (due dates, "
         "submissions left) and your submissions, newest first.")
-    _connection_arguments(parser)
+    connection_arguments(parser)
     parser.add_argument("--assignment", help="only this assignment's submissions")
     parser.add_argument("--limit", type=int, default=50)
     args = parser.parse_args(argv)

@@ -57,7 +57,7 @@ from api.schemas import (
     RegradeRead,
     TokenIssued,
 )
-from client.cli import print_api_error
+from client.cli import connection_arguments, print_api_error
 from client.http import (
     ApiError,
     ServiceClient,
@@ -206,6 +206,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     audit = commands.add_parser("audit", help="the log of staff actions")
     audit.add_argument("--limit", type=int, default=50)
+    # The connection options are accepted after the subcommand too (as `grader submit`
+    # takes them): suppressed defaults keep a value given before it.
+    for sub in commands.choices.values():
+        connection_arguments(sub, suppress=True)
+        sub.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                         help="print only the API's JSON answer (for scripts)")
     return parser
 
 

@@ -92,10 +92,14 @@ class ServiceClient:
     - 502, 504, a read/write timeout or a dropped connection, for an idempotent request:
       GET, HEAD, PUT, DELETE, and a POST or PATCH sent with an ``Idempotency-Key`` (the
       server answers its retry with the first answer);
-    - a connection that could not be made (nothing was sent), for any request;
+    - a connection attempt that timed out (nothing was sent), for any request;
+    - a connection refused once this client has had an answer from the server (it restarts:
+      nothing was sent), for any request;
     - 429 with ``Retry-After``, for an idempotent request.
 
-    Anything else is raised as `ApiError` at once.
+    Anything else is raised as `ApiError` at once: a connection refused before any answer,
+    or a name that does not resolve (a wrong ``--server``, or no server running), fails in
+    well under a second, not after minutes of retries.
     """
 
     def __init__(self, server: str, token: str | None, *, timeout_s: float = 30.0,
@@ -112,6 +116,7 @@ class ServiceClient:
         self.on_retry = on_retry
         self._sleep = sleep  # seconds -> None; time.sleep unless a test passes its own
         self._clock = clock  # -> seconds; time.monotonic unless a test passes its own
+        self._answered = False  # the server has answered this client once: refusals are restarts
 
     def __enter__(self) -> ServiceClient:
         return self
@@ -138,14 +143,24 @@ class ServiceClient:
         while True:
             try:
                 response = self.http.request(method, path, **kwargs)
+            except httpx.ConnectError as exc:
+                # Refused or unknown host before any answer: a wrong address, which retrying
+                # will not fix. After one, a restart of the service (nothing was sent).
+                if self._answered and self._backoff(f"cannot reach {self.server} (ConnectError)", None,
+                                                    attempt, deadline):
+                    attempt += 1
+                    continue
+                raise ApiError(0, "unreachable", f"cannot reach {self.server}: {exc} (is the address "
+                               f"right, and the service running? --server or ${SERVER_ENV})", {}) from exc
             except httpx.TransportError as exc:
-                never_sent = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
+                never_sent = isinstance(exc, httpx.ConnectTimeout)
                 if (idempotent or never_sent) and self._backoff(
                         f"cannot reach {self.server} ({type(exc).__name__})", None, attempt,
                         deadline):
                     attempt += 1
                     continue
                 raise ApiError(0, "unreachable", f"cannot reach {self.server}: {exc}", {}) from exc
+            self._answered = True
             if response.status_code in expect:
                 return response
             status = response.status_code

@@ -24,6 +24,8 @@ COPY alembic/ alembic/
 COPY grader/ grader/
 COPY api/ api/
 COPY submissions/ submissions/
+# Served as the page /checks (api/pages/checks_doc.py), which every check on a report links to.
+COPY docs/checks.md docs/checks.md
 # The service dependencies only (no grader extra, so no torch).
 RUN pip install --no-cache-dir -e "./[server]" \
     && if python -c "import torch" 2>/dev/null; then echo "torch leaked into the API image" >&2; exit 1; fi

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from grader.contract import ErrorKind, ExitCode, GradeJob, GradingError, ResultDocument, Verdict
-from grader.manifest import DEFAULT_ASSIGNMENT, MANIFESTS
+from grader.manifest import DEFAULT_ASSIGNMENT, MANIFESTS, get_manifest, resolve_assignment
 
 #: Command -> (module, function, help). Loaded only when the command runs.
 COMMAND_MODULES = {
@@ -147,6 +147,17 @@ def _grade_one(args: argparse.Namespace, console, settings, prestarted) -> int:
             apply_parent_limits(settings, device=resolve_device(args.device))
         except Exception:  # noqa: BLE001 - an unknown device is reported by the grading itself
             apply_parent_limits(settings, device="cuda")
+    if not args.job_on_stdin:
+        assignment, note = resolve_assignment(args.assignment, path.read_text(encoding="utf-8", errors="replace"))
+        if assignment is None:  # as the grader would find it (no such function), with what to pass
+            _write_json(ResultDocument(
+                assignment=args.assignment, verdict=Verdict.ERROR, seed=args.seed,
+                error=GradingError(kind=ErrorKind.MISSING_FUNCTION, message=note)), args.json)
+            console.print(f"[red]{path.name}: {note}[/]", highlight=False)
+            return ExitCode.SUBMISSION_ERROR
+        if note and not args.quiet:
+            console.print(f"[dim]{note}[/]", highlight=False)
+        args.assignment = assignment
     try:
         document = grade_file(path, assignment=args.assignment, device=args.device, seed=args.seed,
                               settings=settings, benchmark=args.benchmark, prestarted=prestarted)
@@ -158,8 +169,7 @@ def _grade_one(args: argparse.Namespace, console, settings, prestarted) -> int:
         console.print(f"[red]infrastructure error[/]: {reason}")
         return ExitCode.INFRASTRUCTURE
     _write_json(document, args.json)
-    if not args.quiet:
-        render_result(document, console, source_name=path.name)
+    render_result(document, console, source_name=path.name, quiet=args.quiet)
     return document.exit_code
 
 
@@ -219,13 +229,13 @@ def _assignments(_args: argparse.Namespace) -> int:
 
 
 def _template(args: argparse.Namespace) -> int:
-    from grader.assignments import get_assignment
-
-    text = get_assignment(args.assignment).template_file.read_text(encoding="utf-8")
+    # From the manifest, never the assignment's package: a student's install has no torch.
+    manifest = get_manifest(args.assignment)
+    text = manifest.template_file.read_text(encoding="utf-8")
     if args.output == "-":
         sys.stdout.write(text)
         return 0
-    target = Path(args.output or get_assignment(args.assignment).manifest.module_file)
+    target = Path(args.output or manifest.module_file)
     if target.exists():
         print(f"{target} exists; not overwritten (use --output)", file=sys.stderr)
         return 1
@@ -265,10 +275,22 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     names = sorted(MANIFESTS)
 
-    check = commands.add_parser("check", help="grade one file: named checks against fp64 oracles, in a sandbox")
+    check = commands.add_parser(
+        "check", help="grade one file: named checks against fp64 oracles, in a sandbox",
+        description="Grade one file on this machine: import it in a sandbox (bubblewrap), run the "
+                    "assignment's named checks against fp64 oracles (docs/checks.md says what each "
+                    "compares and how its tolerance is derived) and print a summary (the first check "
+                    "to fix, its smallest failing input, the hint), then the per-check table. "
+                    "Without a GPU the kernels run on the Triton CPU interpreter.",
+        epilog="exit codes: 0 passed; 1 failed (a check failed); 2 error caused by the file (syntax, "
+               "import, missing function, timeout, crash, a limit; or it defines another "
+               "assignment's function); 3 infrastructure error (the grader or the machine: no verdict)",
+    )
     check.add_argument("path", nargs="?", default=None,
                        help="the student's file (grader assignments lists the file names)")
-    check.add_argument("--assignment", default=DEFAULT_ASSIGNMENT, choices=names)
+    check.add_argument("--assignment", default=None, choices=names,
+                       help="the assignment (default: the one whose function the file defines, "
+                            f"else {DEFAULT_ASSIGNMENT})")
     check.add_argument("--device", choices=["cpu", "cuda", "auto"], default="auto",
                        help="cpu runs the Triton interpreter (TRITON_INTERPRET=1 in the child only); default: cuda if present")
     check.add_argument("--json", metavar="OUT|-", default=None, help="write the result document to OUT, or to stdout with -")
@@ -276,7 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--benchmark", choices=["off", "on", "auto"], default="off",
                        help="after all checks pass, time the kernel on the GPU (auto: only when on CUDA)")
     check.add_argument("--timeout", type=float, default=None, help="wall-clock limit for the submission's process, s")
-    check.add_argument("--quiet", action="store_true", help="no table")
+    check.add_argument("--quiet", action="store_true", help="print the verdict in one line, no table")
     check.add_argument("--unsafe-no-sandbox", action="store_true",
                        help="run the submission without bubblewrap (only for your own code on your own machine)")
     check.add_argument("--job-on-stdin", action="store_true",
@@ -328,10 +350,28 @@ def _missing_extra(exc: ModuleNotFoundError, command: str) -> int:
     return ExitCode.INFRASTRUCTURE
 
 
+#: Options of the service's commands that may come before the command's name too
+#: (``grader --server URL --token T submit FILE``); they are moved after it.
+CONNECTION_OPTIONS = ("--server", "--token")
+
+
+def _connection_options_last(argv: list[str]) -> list[str]:
+    """`argv` with ``--server X`` / ``--token X`` (or ``--server=X``) that come before the
+    command's name moved after it."""
+    moved: list[str] = []
+    rest = list(argv)
+    while rest and rest[0].split("=", 1)[0] in CONNECTION_OPTIONS:
+        option = rest.pop(0)
+        moved.append(option)
+        if "=" not in option and rest:
+            moved.append(rest.pop(0))
+    return rest[:1] + moved + rest[1:] if moved else rest
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``grader`` console script; returns the process exit code."""
     own_process = argv is None
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = _connection_options_last(list(sys.argv[1:] if argv is None else argv))
     command = argv[0] if argv else ""
     try:
         if command in COMMAND_MODULES:

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
 #: Version of the result document's shape. 2: typed contract (checks carry ``details``;
 #: ``log.omitted_bytes``; ``notes``).
@@ -323,6 +324,91 @@ class CompileCost(BaseModel):
     open: bool = False
 
 
+class ReportSummary(_Document):
+    """What a report leads with (the page, ``grader check``/``grader submit`` and the JSON
+    document all show this one object, derived by ``summarize``): the verdict, the first check
+    to fix, its smallest failing input with the worst element's got and expected values, and
+    the hint.
+
+    Attributes:
+        verdict: the run's verdict.
+        line: the verdict in one line (``failed: fix example_two_element first; 9/12 checks
+            passed``); what ``grader check --quiet`` prints.
+        passed, total, not_run: checks passed, checks reported, checks skipped.
+        check: the first failed check in the report's order (the checks run simplest first),
+            or None when none failed.
+        input: that check's smallest failing input in words (``(4, 1000) float16``), when its
+            values were compared.
+        index: the worst element of that input's output (0-based), or None.
+        got, expected, allowed: the output there, the fp64 oracle there, the allowed
+            |got - expected| there (output units; NaN/inf as they are).
+        problem: what went wrong, in words: the check's message without its hint, or the
+            error's message.
+        hint: what to look at (the check's hint or diagnosis), or None.
+    """
+
+    verdict: Verdict
+    line: str
+    passed: int = 0
+    total: int = 0
+    not_run: int = 0
+    check: str | None = None
+    input: str | None = None
+    index: list[int] | None = None
+    got: float | None = None
+    expected: float | None = None
+    allowed: float | None = None
+    problem: str | None = None
+    hint: str | None = None
+
+
+HINT_MARK = " Hint: "
+
+
+def summarize(document: ResultDocument) -> ReportSummary:
+    """The summary of `document` (ReportSummary): one derivation for every place a report
+    is shown. Reads the first failed check's ``details["failure"]`` and ``details["hint"]``
+    (grader/evaluate.py writes them); a check without them gives its message, split at its
+    ``Hint:``."""
+    checks = document.checks
+    passed = sum(1 for c in checks if c.passed)
+    not_run = sum(1 for c in checks if c.skipped)
+    counts = f"{passed}/{len(checks)} checks passed" + (f", {not_run} not run" if not_run else "")
+    first = next((c for c in checks if not c.passed and not c.skipped), None)
+    fields: dict[str, Any] = {"verdict": document.verdict, "passed": passed, "total": len(checks),
+                              "not_run": not_run}
+    if first is not None:
+        problem, _, hint = first.message.partition(HINT_MARK)
+        hint = first.details.get("hint") if isinstance(first.details.get("hint"), str) else hint
+        if hint and problem.endswith(hint):  # a diagnosis is part of the sentence it ends
+            problem = problem[: -len(hint)].rstrip()
+        failure = first.details.get("failure")
+        if isinstance(failure, dict):
+            index = failure.get("index")
+            fields.update(input=failure.get("input") if isinstance(failure.get("input"), str) else None,
+                          index=[int(i) for i in index] if isinstance(index, list) else None,
+                          **{key: _number(failure.get(key)) for key in ("got", "expected", "allowed")})
+        fields.update(check=first.name, problem=problem.strip() or first.message, hint=hint.strip() or None)
+        line = f"{document.verdict.value}: fix {first.name} first; {counts}"
+        if document.error is not None:
+            line += f"; then the run ended: {document.error.kind.value}"
+    elif document.error is not None:
+        fields.update(problem=document.error.message)
+        line = f"{document.verdict.value} ({document.error.kind.value}): {_first_sentence(document.error.message)}"
+    else:
+        line = f"{document.verdict.value}: {counts}"
+    return ReportSummary(line=line, **fields)
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _first_sentence(text: str, limit: int = 200) -> str:
+    sentence = re.split(r"(?<=[.?!])\s", text.strip(), maxsplit=1)[0]
+    return sentence if len(sentence) <= limit else sentence[: limit - 1] + "…"
+
+
 class ResultDocument(_Document):
     """The whole outcome of one ``grader check`` run (docs/architecture.md).
 
@@ -354,6 +440,21 @@ class ResultDocument(_Document):
     notes: list[str] = Field(default_factory=list)
     #: The check child's Triton compilations, the longest first (GPU runs; at most 32).
     compilations: list[CompileCost] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _summary_is_derived(cls, data: Any) -> Any:
+        # ``summary`` is written with the document but always derived again from its checks
+        # (summarize): a stored or forged one is never believed.
+        if isinstance(data, dict) and "summary" in data:
+            data = {key: value for key, value in data.items() if key != "summary"}
+        return data
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def summary(self) -> ReportSummary:
+        """What the report leads with (``summarize``); serialised with the document."""
+        return summarize(self)
 
     @model_validator(mode="after")
     def _consistent(self) -> ResultDocument:

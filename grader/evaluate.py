@@ -85,6 +85,9 @@ def evaluate_row_sums(check: PlannedCheck, evidence: CheckEvidence, *, tolerance
         bound over every row of every call, as far as the calls were evaluated.
     """
     worst = 0.0
+    bound = f"the row's sum of ({tolerance.bound()})"
+    described = {"tolerance": f"{bound} ({tolerance.why})",
+                 "details": {"tolerances": [{"bound": bound, "why": tolerance.why}]}}
     for call in check.calls:
         out, failure = single_output(check, call, evidence, hint)
         if failure is not None:
@@ -100,9 +103,9 @@ def evaluate_row_sums(check: PlannedCheck, evidence: CheckEvidence, *, tolerance
                 name=check.name, passed=False, max_err_over_tolerance=worst,
                 message=f"{call.label}: {row_name(call, row)} of dx sums to {float(row_sums[row]):.6g}, expected "
                         f"{float(expected[row]):.3g} (allowed {float(allowed[row]):.3g})." + suffix,
-            )
+                **described)
     return CheckOutcome(name=check.name, passed=True, max_err_over_tolerance=worst,
-                        message=f"every row sums to ~0 (worst {worst:.2g} of tolerance)")
+                        message=f"every row sums to ~0 (worst {worst:.2g} of tolerance)", **described)
 
 
 def diagnose_coverage(got: torch.Tensor, comparison_bad: torch.Tensor, expected: torch.Tensor,
@@ -186,6 +189,9 @@ def evaluate_values(check: PlannedCheck, evidence: CheckEvidence, *, hint: str,
     worst_abs = 0.0
     compared = 0
     tolerance_reason = ""
+    tolerances: dict[str, dict] = {}  # every tolerance compared against, in order, once
+    smallest: tuple[int, dict] | None = None  # (elements, details["failure"]) of the smallest failing input
+    finding = ""
     diagnosed = False
     for call in check.calls:
         for round_index, round_id in enumerate(call.round_ids):
@@ -212,6 +218,7 @@ def evaluate_values(check: PlannedCheck, evidence: CheckEvidence, *, hint: str,
                 scale, slack, tolerance = expectation.scale, expectation.slack, expectation.tolerance
                 result: Comparison = compare(out, expected, scale, tolerance, slack)
                 compared += 1
+                tolerances.setdefault(tolerance.describe(), {"bound": tolerance.bound(), "why": tolerance.why})
                 worst_ratio = result.max_ratio if math.isnan(result.max_ratio) else max(worst_ratio, result.max_ratio)
                 worst_finite = max(worst_finite, result.max_finite_ratio)
                 non_finite += result.nan_count
@@ -219,6 +226,8 @@ def evaluate_values(check: PlannedCheck, evidence: CheckEvidence, *, hint: str,
                 if not result.passed:
                     label = call.label + (f" (refill {round_index})" if round_index else "") + (
                         f", output {expectation.name}" if call.outputs else "")
+                    if smallest is None or result.total < smallest[0]:
+                        smallest = (result.total, _failure_details(label, result))
                     text = f"{label}: {result.describe()}; tolerance {tolerance.describe_short()}."
                     if not failures:  # only the first failure is shown, so only it is diagnosed
                         ratio = _ratio(out, expected, scale, slack, tolerance)
@@ -230,18 +239,31 @@ def evaluate_values(check: PlannedCheck, evidence: CheckEvidence, *, hint: str,
                     failures.append(text)
                     tolerance_reason = tolerance_reason or tolerance.describe()
     numbers: dict = {"cases": compared}
-    details: dict = {}
+    details: dict = {"tolerances": list(tolerances.values())} if tolerances else {}
     if compared:
         numbers.update(max_abs_err=worst_abs, max_err_over_tolerance=worst_ratio)
         if non_finite:
-            details = {"non_finite_outputs": non_finite, "worst_finite_err_over_tolerance": worst_finite}
+            details.update(non_finite_outputs=non_finite, worst_finite_err_over_tolerance=worst_finite)
     if failures:
         more = f" (+{len(failures) - 1} more)" if len(failures) > 1 else ""
         hint_text = "" if diagnosed else hint_for(evidence, hint, hint_requires)
+        if smallest is not None:
+            details["failure"] = smallest[1]
+        if diagnosed or hint_text:
+            details["hint"] = (finding if diagnosed else hint_text).strip().removeprefix("Hint:").strip()
         return CheckOutcome(name=check.name, passed=False, message=failures[0].rstrip(".") + more + "." + hint_text,
                             tolerance=tolerance_reason or None, details=details, **numbers)
     return CheckOutcome(name=check.name, passed=True, message=f"{compared} cases, worst error {worst_ratio:.2g} of tolerance",
-                        details=details, **numbers)
+                        tolerance="; ".join(tolerances) or None, details=details, **numbers)
+
+
+def _failure_details(label: str, result: Comparison) -> dict:
+    """``details["failure"]`` of a failing check (grader.contract.ReportSummary reads it): the
+    input in words, its element count, and the worst element's index, got, expected and allowed
+    error (floats; NaN/inf as they are)."""
+    return {"input": label, "elements": result.total,
+            "index": list(result.worst_index) if result.worst_index is not None else None,
+            "got": result.got_at_worst, "expected": result.expected_at_worst, "allowed": result.allowed_at_worst}
 
 
 def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -18,7 +18,7 @@ from grader.contract import ErrorKind, GradingError
 from grader.harness.protocol import CallReport, DoneReport, StepReport
 from grader.plan import CallEvidence, Plan, PlannedCheck
 from grader.sandbox import ChildOutcome
-from grader.settings import GraderSettings
+from grader.settings import GraderSettings, first_call_limit_s
 
 
 class InfrastructureError(RuntimeError):
@@ -54,7 +54,8 @@ def read_done(workdir: Path) -> DoneReport | None:
         return None
 
 
-def timeout_message(outcome: ChildOutcome, settings: GraderSettings, *, device: str, where: str | None) -> str:
+def timeout_message(outcome: ChildOutcome, settings: GraderSettings, *, device: str, where: str | None,
+                    first_input: str | None = None) -> str:
     """The words for a child stopped at its wall-clock limit, for the device it ran on.
 
     On a GPU, Triton compilation is left out of the limit up to the compile budget (the
@@ -63,6 +64,12 @@ def timeout_message(outcome: ChildOutcome, settings: GraderSettings, *, device: 
     compiled: every program of the grid runs one after another in Python, so the advice there
     is about the number of programs and the work per element.
     """
+    if outcome.first_call_timed_out:
+        # The first call has the smallest input: taking seconds there is a loop that does not
+        # end (a loop bound or stride that never moves), not slowness, so no advice on speed.
+        call = f"{where}; " if where else ""
+        return (f"did not return on {first_input or 'its first, smallest input'}: an infinite loop? ({call}the first"
+                f" call has {first_call_limit_s(settings, device):g} CPU s of its own, compile time not counted)")
     during = f" during {where}" if where else ""
     message = f"did not finish within {settings.child_timeout_s:g} s (still running{during})"
     if outcome.cpu_s is not None:
@@ -157,8 +164,8 @@ def timing_details(outcome: ChildOutcome) -> dict:
     return details
 
 
-def child_error(outcome: ChildOutcome, workdir: Path, settings: GraderSettings, *, device: str = "cpu"
-                ) -> GradingError | None:
+def child_error(outcome: ChildOutcome, workdir: Path, settings: GraderSettings, *, device: str = "cpu",
+                first_input: str | None = None) -> GradingError | None:
     """The error of a child that did not finish normally, or None if it did.
 
     Raises:
@@ -169,7 +176,8 @@ def child_error(outcome: ChildOutcome, workdir: Path, settings: GraderSettings, 
     where = _last_progress(outcome)
     during = f" during {where}" if where else ""
     if outcome.timed_out:
-        return GradingError(kind=ErrorKind.TIMEOUT, message=timeout_message(outcome, settings, device=device, where=where),
+        return GradingError(kind=ErrorKind.TIMEOUT, message=timeout_message(outcome, settings, device=device, where=where,
+                                                                            first_input=first_input),
                             details=timing_details(outcome))
     if outcome.memory_exceeded:
         return GradingError(kind=ErrorKind.RESOURCE_LIMIT,

@@ -11,7 +11,9 @@ Adding an assignment: one entry in ``MANIFESTS`` and one folder under grader/ass
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,13 @@ class AssignmentManifest:
     def signature(self) -> str:
         """``function(arg, ...)``, as shown in messages."""
         return f"{self.function}({', '.join(self.arguments)})"
+
+    @property
+    def template_file(self) -> Path:
+        """The starter file (``template.py`` in the assignment's folder), found without
+        importing the assignment's package, which needs torch: ``grader template`` runs on a
+        student's install without the grader extra."""
+        return Path(__file__).resolve().parent.joinpath(*self.package.split(".")[1:], "template.py")
 
 
 MANIFESTS: dict[str, AssignmentManifest] = {
@@ -101,3 +110,42 @@ def get_manifest(name: str) -> AssignmentManifest:
     except KeyError:
         known = ", ".join(sorted(MANIFESTS))
         raise UnknownAssignment(f"unknown assignment {name!r}; known: {known}") from None
+
+
+def assignments_defined_in(source: str) -> list[str]:
+    """The assignments whose function `source` (a student's Python file) defines at its top
+    level (``def`` or ``async def``, or a name assigned there), in ``MANIFESTS`` order; []
+    when it defines none of them or is not valid Python. For suggesting ``--assignment``."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return [m.name for m in MANIFESTS.values() if m.function in names]
+
+
+def resolve_assignment(requested: str | None, source: str) -> tuple[str | None, str | None]:
+    """The assignment to grade `source` as, and what to tell the student, from ``--assignment``
+    (None when not given) and the functions the file defines (``assignments_defined_in``).
+
+    Returns:
+        (name, note): not given: the one assignment whose function the file defines (note
+        says so), else ``DEFAULT_ASSIGNMENT``; given: that name, unless the file lacks its
+        function but defines another assignment's: then (None, the suggestion to pass).
+    """
+    defined = assignments_defined_in(source)
+    if requested is None:
+        if len(defined) == 1:
+            return defined[0], f"assignment {defined[0]} (the file defines {MANIFESTS[defined[0]].function})"
+        return DEFAULT_ASSIGNMENT, None
+    manifest = MANIFESTS.get(requested)
+    if manifest is not None and defined and requested not in defined:
+        others = " or ".join(f"--assignment {name}" for name in defined)
+        return None, (f"the file defines {', '.join(MANIFESTS[n].function for n in defined)}, not "
+                      f"{manifest.function} (assignment {requested}): pass {others}")
+    return requested, None

@@ -10,7 +10,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from grader.contract import CheckOutcome, ResultDocument
+from grader.contract import CheckOutcome, ReportSummary, ResultDocument, summarize
+
+#: Where the checks and their tolerances are explained (the service serves it at /checks).
+CHECKS_DOCUMENT = "docs/checks.md"
 
 
 def error_vs_tolerance(check: CheckOutcome) -> str:
@@ -37,9 +40,51 @@ def error_vs_tolerance(check: CheckOutcome) -> str:
     return text
 
 
+def format_value(value: float | None) -> str:
+    """A got/expected value as the summary shows it: 6 significant digits; NaN/inf as such."""
+    if value is None:
+        return "?"
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return f"{value:.6g}"
+
+
+def failing_input(summary: ReportSummary) -> str | None:
+    """``(4, 1000) float16 at [2, 17]: got 0.25, expected -0.25 (allowed 1e-06)``, or None
+    when the summary has no compared input."""
+    if summary.input is None:
+        return None
+    where = f" at [{', '.join(str(i) for i in summary.index)}]" if summary.index is not None else ""
+    text = f"{summary.input}{where}"
+    if summary.got is not None or summary.expected is not None:
+        text += f": got {format_value(summary.got)}, expected {format_value(summary.expected)}"
+        if summary.allowed is not None:
+            text += f" (allowed |err| {summary.allowed:.3g})"
+    return text
+
+
+def render_summary(summary: ReportSummary, console: Console, docs: str = CHECKS_DOCUMENT) -> None:
+    """The lines a report leads with (grader.contract.summarize): verdict, the first check to
+    fix, its smallest failing input with got and expected, the hint."""
+    colour = {"passed": "green", "failed": "red"}.get(summary.verdict.value, "yellow")
+    console.print(f"[bold {colour}]{summary.line}[/]", highlight=False)
+    if summary.check is not None:
+        console.print(f"  first to fix: [bold]{summary.check}[/] (see {docs})", highlight=False)
+        where = failing_input(summary)
+        if where:
+            console.print(f"  smallest failing input: {where}", highlight=False)
+    if summary.problem and summary.check is None:
+        console.print(f"  {summary.problem}", highlight=False)
+    if summary.hint:
+        console.print(f"  [bold]hint[/]: {summary.hint}", highlight=False)
+
+
 def render_result(document: ResultDocument | dict[str, Any], console: Console | None = None,
-                  source_name: str | None = None) -> None:
-    """Print the per-check table, the error (if any), the captured output and the verdict line.
+                  source_name: str | None = None, *, quiet: bool = False) -> None:
+    """Print the summary (``render_summary``), then the per-check table, the error (if any),
+    the captured output and the verdict line; with `quiet`, the summary's line only.
 
     Args:
         document: a result document, as the model or as its JSON object.
@@ -52,6 +97,11 @@ def render_result(document: ResultDocument | dict[str, Any], console: Console | 
     if not isinstance(document, ResultDocument):
         document = ResultDocument.model_validate(document)
     console = console or Console()
+    summary = summarize(document)
+    if quiet:
+        console.print(summary.line, markup=False, highlight=False)
+        return
+    render_summary(summary, console)
     graded = f"{source_name}: " if source_name else ""
     table = Table(title=f"{graded}{document.assignment} on {document.device}", show_lines=False)
     table.add_column("", width=2)

@@ -47,7 +47,7 @@ from grader.harness.protocol import BenchmarkRowSpec
 from grader.placement import finish_placement, start_placement
 from grader.plan import CallEvidence, CheckEvidence, Plan
 from grader.sandbox import ChildOutcome, SandboxUnavailable, run_sandboxed, stage_harness
-from grader.settings import GraderSettings
+from grader.settings import GraderSettings, first_call_limit_s
 from grader.source_validation import SourceRejected, validate_source
 from grader.version import grader_version, package_version
 from grader.work_fs import work_folder_full
@@ -259,7 +259,8 @@ def _run_child(plan: Plan, assignment: Assignment, source: str, *, isolated: boo
     try:
         outcome = run_sandboxed(harness=harness_dir / "check_child.py", workdir=workdir, device=device,
                                 settings=settings, args=[str(workdir)], cache_dir=cache_dir, progress=True,
-                                compile_budget_s=settings.compile_budget_s, cancel=cancel)
+                                compile_budget_s=settings.compile_budget_s, cancel=cancel,
+                                first_call_limit_s=None if isolated else first_call_limit_s(settings, device))
     except SandboxUnavailable as exc:
         raise InfrastructureError(str(exc)) from exc
     return workdir, outcome
@@ -303,7 +304,8 @@ class PrestartedChild:
                 harness=harness / "check_child.py", workdir=self.workdir, device=self.device, settings=self.settings,
                 args=[str(self.workdir), "--started-ahead"], cache_dir=self.cache_dir, progress=True,
                 compile_budget_s=self.settings.compile_budget_s, cancel=self._cancel,
-                idle_s=lambda now: (self._handed or now) - self._started)
+                idle_s=lambda now: (self._handed or now) - self._started,
+                first_call_limit_s=first_call_limit_s(self.settings, self.device))
         except BaseException as exc:  # noqa: BLE001 - the run falls back to a child of its own
             self._failure = exc
 
@@ -404,6 +406,16 @@ def _child_phases(outcome: ChildOutcome) -> dict[str, float]:
         if begin_at is not None and end_at is not None:
             phases[name] = end_at - begin_at
     return phases
+
+
+def _first_input(plan: Plan) -> str | None:
+    """The main child's first call's input in words for a message: ``a 1x2 input`` (the shape
+    of its output, which is that of its inputs), or None when the plan has no such call."""
+    steps = plan.steps(isolated=False)
+    call = steps[0].calls[0] if steps and steps[0].calls else None
+    if call is None or not call.expected:
+        return None
+    return f"a {'x'.join(str(n) for n in call.expected[0].shape)} input"
 
 
 def _run_isolated(plan: Plan, assignment: Assignment, source: str, evidence: CheckEvidence, finished: set[str], *,
@@ -554,7 +566,8 @@ def _checks_beside_isolated(plan: Plan, assignment: Assignment, source: str, rep
     timings.update(_child_phases(outcome))
     evidence_calls, finished = read_evidence(plan.steps(isolated=False), workdir)
     # A child that filled its grading's tmpfs ended for that, whatever it did next.
-    process_error = work_folder_full(grading_dir, settings) or child_error(outcome, workdir, settings, device=device)
+    process_error = work_folder_full(grading_dir, settings) or child_error(
+        outcome, workdir, settings, device=device, first_input=_first_input(plan))
     error = process_error or call_level_error(evidence_calls)
     # The run ended at a call (not at the import, and not a limit that broke the calls after it):
     # checks that failed before are failures of the submission, whatever happened next.

@@ -102,6 +102,8 @@ class ChildOutcome:
             progress lines.
         load: the machine when the child ended: {"load_1min", "cores", "child_cpu_share" (its
             CPU seconds per wall second since it started), "loaded"} (``machine_load``).
+        first_call_timed_out: killed because its first call did not return within
+            ``first_call_limit_s`` (``timed_out`` is set too).
     """
 
     returncode: int | None
@@ -123,6 +125,7 @@ class ChildOutcome:
     timeout_clock: str | None = None
     running: dict | None = None
     load: dict | None = None
+    first_call_timed_out: bool = False
 
 
 class _OutputCapture(threading.Thread):
@@ -223,6 +226,8 @@ class ProgressLines(threading.Thread):
         #: ``precompile``, ``call`` (the first check call), ``benchmark`` (the first benchmark
         #: row's call), ``done``. Diagnostics of where a child's time went, never evidence.
         self.marks: dict[str, float] = {}
+        #: (line, arrival time, compile seconds then) of the first ``call`` line.
+        self._first_call: tuple[str, float, float] | None = None
 
     def _compile_event(self, line: str, now: float) -> None:
         with self._lock:
@@ -321,6 +326,8 @@ class ProgressLines(threading.Thread):
                     self.last_at = now
                     if line.startswith("call "):
                         self.calls_started += 1
+                        if self._first_call is None:
+                            self._first_call = (line, now, self.compile_seconds(now))
                     if line == "done":
                         self.done = True
                     mark = _phase_mark(line)
@@ -333,6 +340,16 @@ class ProgressLines(threading.Thread):
     @property
     def started(self) -> bool:
         return self.first == "import"
+
+    def first_call_running_s(self, now: float | None = None) -> float | None:
+        """Seconds the first call has run so far, compile time left out, while it is the
+        last line (it has not returned: no later call and no ``done``); None before it starts
+        and after it returned."""
+        first = self._first_call
+        if first is None or self.calls_started != 1 or self.last != first[0] or self.done:
+            return None
+        now = time.monotonic() if now is None else now
+        return (now - first[1]) - (self.compile_seconds(now) - first[2])
 
 
 class WallClock:
@@ -500,6 +517,46 @@ class CpuClock:
         """CPU seconds left (<= 0: stop the child), after a new sample."""
         self.sample(now)
         return self.limit_s - self.used_s()
+
+
+#: A first call that has not returned after this many times its CPU-second limit of wall time
+#: (compile time left out) is stopped too: one blocked without using the CPU.
+FIRST_CALL_WALL_FACTOR = 2.0
+
+
+class _FirstCallWatch:
+    """Whether the child's first call ran past its limit: ``limit_s`` CPU seconds of the
+    child's process tree while that call runs (CPU time, not wall time, so that a loaded
+    machine never stops an honest call: the first call on a 1x2 input takes well under a
+    second of CPU, on the CPU interpreter too, however long it waits for a core), or
+    ``FIRST_CALL_WALL_FACTOR`` x ``limit_s`` of wall time. Time spent compiling Triton kernels
+    (the progress pipe's ``compile begin``/``end``) is left out of both. Sampled by the
+    parent's wait loop (every 0.25 s)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.cpu_at_start: float | None = None
+        self.cpu_excluded = 0.0
+        self.last_cpu: float | None = None
+
+    def _tree_cpu_s(self) -> float | None:
+        read = tree_cpu_seconds(self.pid)
+        return None if read is None else read[0]
+
+    def over(self, progress: ProgressLines, limit_s: float) -> bool:
+        running = progress.first_call_running_s()
+        if running is None:
+            return False
+        cpu = self._tree_cpu_s()
+        if cpu is None:
+            return running > FIRST_CALL_WALL_FACTOR * limit_s
+        if self.cpu_at_start is None:
+            self.cpu_at_start = cpu
+        elif progress.compiling and self.last_cpu is not None:
+            self.cpu_excluded += cpu - self.last_cpu
+        self.last_cpu = cpu
+        used = cpu - self.cpu_at_start - self.cpu_excluded
+        return used > limit_s or running > FIRST_CALL_WALL_FACTOR * limit_s
 
 
 class _Cgroup:
@@ -782,6 +839,7 @@ def run_sandboxed(
     compile_budget_s: float = 0.0,
     idle_s: Callable[[float], float] | None = None,
     cancel: threading.Event | None = None,
+    first_call_limit_s: float | None = None,
 ) -> ChildOutcome:
     """Run ``python -I harness args...`` as the untrusted child and wait for it.
 
@@ -805,6 +863,11 @@ def run_sandboxed(
         cancel: when set, the child is killed (within a second) and its outcome says
             ``cancelled``: the parent no longer needs it (e.g. the isolated child beside a main
             child that ended with an error).
+        first_call_limit_s: with ``progress``, the child is stopped when its first call (the
+            plan's first, smallest input) has not returned after this many CPU seconds (or
+            ``FIRST_CALL_WALL_FACTOR`` times as many wall seconds), compile time left out
+            (``_FirstCallWatch``): a kernel that never returns ends in seconds, not at
+            ``child_timeout_s``. None: no such limit.
         cache_dir: the submission's own Triton cache folder, bound read-write, so the check run
             and the benchmark run of one grading compile each kernel once. Never shared between
             submissions (a shared cache could be poisoned). None: a fresh one in the child's /tmp.
@@ -943,6 +1006,7 @@ def run_sandboxed(
     clock = WallClock(ceiling, compile_budget_s, progress_lines, wall_idle_s)
     clock.started = started
     timeout_clock = None
+    first_call = _FirstCallWatch(process.pid)
     while True:
         remaining = clock.remaining_s()
         if remaining <= 0 or (cpu_clock is not None and cpu_clock.remaining_s(time.monotonic()) <= 0):
@@ -954,10 +1018,15 @@ def run_sandboxed(
             kill("cancelled")
             process.wait()
             break
+        if first_call_limit_s is not None and progress_lines is not None and first_call.over(
+                progress_lines, first_call_limit_s):
+            kill("first_call")
+            process.wait()
+            break
         try:
             # Wake at least every second: compile time seen meanwhile moves the deadline, and
-            # the CPU clock is sampled.
-            process.wait(timeout=min(remaining, 1.0))
+            # the CPU clock is sampled; four times a second while a first call is watched.
+            process.wait(timeout=min(remaining, 1.0 if first_call_limit_s is None else 0.25))
             break
         except subprocess.TimeoutExpired:
             continue
@@ -989,7 +1058,8 @@ def run_sandboxed(
     memory_exceeded = "memory" in killed_for or (oom and signal_number is not None)
     return ChildOutcome(
         returncode=returncode,
-        timed_out="timeout" in killed_for,
+        timed_out="timeout" in killed_for or "first_call" in killed_for,
+        first_call_timed_out="first_call" in killed_for,
         memory_exceeded=memory_exceeded,
         output_exceeded="output" in killed_for or capture.runaway,
         log=capture.result(),

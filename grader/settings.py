@@ -31,6 +31,16 @@ class GraderSettings(BaseSettings):
             many times ``child_timeout_s`` of wall time (a child that sleeps or blocks uses no
             CPU), not counting the time it waited for a CPU (run-queue time, which the load
             decides); a child that computes all the time reaches its CPU limit first.
+        first_call_timeout_s: limit of the correctness child's first call (the plan's first,
+            smallest input: 1x2 for softmax_backward) in CPU seconds of the child (2x as many
+            wall seconds for a call that blocks), compile time left out
+            (grader/sandbox.py ``_FirstCallWatch``): a kernel that never returns there ends in
+            seconds with "did not return on a 1x2 input: an infinite loop?" instead of at
+            ``child_timeout_s``. Far above what that call takes on the CPU interpreter: 0.3-1
+            CPU s (its first launch loads the interpreter; autotuners are narrowed to one
+            config there).
+        first_call_timeout_gpu_s: the same limit on a GPU, where the first call also runs
+            every autotune config's timing (about 0.1 s each, not compile time): larger.
         compile_budget_s: Triton compilation time of a correctness child that is left out of
             ``child_timeout_s``, seconds (docs/checks.md, "Compile time"). The parent times it
             from the ``compile begin``/``compile end`` lines the harness writes on its progress
@@ -73,6 +83,8 @@ class GraderSettings(BaseSettings):
     bwrap: str | None = None
     child_timeout_s: float = Field(default=180.0, gt=0)
     cpu_wall_ceiling_factor: float = Field(default=2.0, ge=1.0)
+    first_call_timeout_s: float = Field(default=5.0, gt=0)
+    first_call_timeout_gpu_s: float = Field(default=30.0, gt=0)
     compile_budget_s: float = Field(default=300.0, ge=0)
     memory_limit_bytes: int = Field(default=8 * 1024**3, gt=0)
     max_processes: int = Field(default=256, gt=0)
@@ -88,3 +100,9 @@ class GraderSettings(BaseSettings):
     parent_timeout_s: float = Field(default=1750.0, gt=0)
     precompile_threads: int = Field(default=8, ge=0, le=64)
     prestart_check_child: bool = True
+
+
+def first_call_limit_s(settings: GraderSettings, device: str) -> float:
+    """The first call's limit on `device` (``first_call_timeout_s`` or, on ``cuda``,
+    ``first_call_timeout_gpu_s``), CPU seconds."""
+    return settings.first_call_timeout_gpu_s if device == "cuda" else settings.first_call_timeout_s

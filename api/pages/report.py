@@ -1,5 +1,8 @@
 """A submission's report as a page shows it: the same content `grader check` and `grader
-submit` print (grader/report.py): the per-check table (mark, name, err/tol, details), the
+submit` print (grader/report.py): the summary first (grader.contract.summarize: verdict,
+first check to fix, its smallest failing input with got and expected, the hint), then the
+per-check table (mark, name linked to its row of /checks, err/tol, tolerance bound, details;
+each tolerance's derivation once, under the table), the
 error with the end of its traceback, notes, the benchmark line, the verdict line, the captured
 output; plus one chart per benchmark row (api/pages/charts.py).
 
@@ -16,13 +19,23 @@ from dataclasses import dataclass, field
 from pydantic import ValidationError
 
 from api.pages.charts import Chart, benchmark_charts
+from api.pages.checks_doc import check_url
 from api.schemas import SubmissionRead
-from grader.contract import CheckOutcome, ResultDocument
+from grader.contract import CheckOutcome, ReportSummary, ResultDocument
 from grader.manifest import MANIFESTS
-from grader.report import error_vs_tolerance
+from grader.report import error_vs_tolerance, failing_input
 
 #: The end of a traceback that is shown (as `grader check` prints it).
 TRACEBACK_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class ToleranceNote:
+    """One tolerance's derivation, shown once under the checks (rows link to ``#anchor``)."""
+
+    anchor: str
+    bound: str
+    why: str
 
 
 @dataclass(frozen=True)
@@ -31,9 +44,11 @@ class CheckRow:
     name: str
     err_tol: str
     max_abs_err: str
-    tolerance: str
+    tolerance: str  # the bound(s) only; the derivations are in Report.tolerances
     cases: int | None
     message: str
+    docs_url: str = ""
+    tolerance_notes: tuple[ToleranceNote, ...] = ()
 
     @property
     def mark(self) -> str:
@@ -70,6 +85,11 @@ class Report:
     log_omitted_bytes: int
     log_truncated: bool
     charts: list[Chart]
+    #: What the report leads with (grader.contract.summarize), None while there is no verdict.
+    summary: ReportSummary | None = None
+    summary_input: str | None = None  # grader.report.failing_input of the summary
+    summary_url: str | None = None  # the first check to fix in /checks
+    tolerances: list[ToleranceNote] = field(default_factory=list)
 
 
 def _fmt(value: float | None) -> str:
@@ -82,11 +102,36 @@ def _fmt(value: float | None) -> str:
     return f"{value:.2g}"
 
 
-def check_row(check: CheckOutcome) -> CheckRow:
+def _tolerance_parts(check: CheckOutcome) -> list[tuple[str, str]]:
+    """(bound, derivation) of each tolerance the check compared against: from
+    ``details["tolerances"]`` (grader/evaluate.py), else the ``tolerance`` text whole."""
+    listed = check.details.get("tolerances")
+    if isinstance(listed, list):
+        parts = [(str(t.get("bound", "")), str(t.get("why", ""))) for t in listed if isinstance(t, dict)]
+        if parts:
+            return parts
+    return [(check.tolerance, "")] if check.tolerance else []
+
+
+def check_row(check: CheckOutcome, assignment: str = "",
+              notes: dict[str, ToleranceNote] | None = None) -> CheckRow:
+    """A table row of `check`; each derivation of its tolerances is added to `notes` once
+    (keyed by the derivation: a row sum's bound is derived as its elements' is) and the row
+    links to it."""
     state = "skipped" if check.skipped else ("passed" if check.passed else "failed")
+    notes = {} if notes is None else notes
+    linked = []
+    for bound, why in _tolerance_parts(check):
+        if why and why not in notes:
+            notes[why] = ToleranceNote(anchor=f"tolerance-{len(notes) + 1}", bound=bound, why=why)
+        if why and notes[why] not in linked:
+            linked.append(notes[why])
+    bounds = "; ".join(dict.fromkeys(bound for bound, _ in _tolerance_parts(check)))
     return CheckRow(state=state, name=check.name, err_tol=error_vs_tolerance(check),
-                    max_abs_err=_fmt(check.max_abs_err), tolerance=check.tolerance or "",
-                    cases=check.cases, message=check.message)
+                    max_abs_err=_fmt(check.max_abs_err), tolerance=bounds,
+                    cases=check.cases, message=check.message,
+                    docs_url=check_url(assignment, check.name) if assignment else "",
+                    tolerance_notes=tuple(linked))
 
 
 def traceback_lines(traceback: str | None, module_file: str | None) -> list[TracebackLine]:
@@ -142,13 +187,19 @@ def build_report(submission: SubmissionRead) -> Report:
     verdict_line = (f"{result.verdict.value}: {passed}/{len(result.checks)} checks passed"
                     + (f", {not_run} not run" if not_run else "")
                     + f" ({seed}{result.duration_s:.1f} s{sandbox})")
+    notes: dict[str, ToleranceNote] = {}
+    rows = [check_row(c, result.assignment, notes) for c in result.checks]
+    summary = result.summary
     return Report(
         finished=True, title=f"{graded}{result.assignment} on {result.device or 'no device'}",
-        checks=[check_row(c) for c in result.checks], error=error, notes=list(result.notes),
+        checks=rows, error=error, notes=list(result.notes),
         benchmark_line=benchmark_line, verdict=result.verdict.value, verdict_line=verdict_line,
         log_text=result.log.text, log_total_bytes=result.log.total_bytes,
         log_omitted_bytes=result.log.omitted_bytes, log_truncated=result.log.truncated,
         charts=benchmark_charts(submission.benchmark),
+        summary=summary, summary_input=failing_input(summary),
+        summary_url=check_url(result.assignment, summary.check) if summary.check else None,
+        tolerances=list(notes.values()),
     )
 
 

@@ -32,7 +32,7 @@ from api.deps import (
 )
 from api.longpoll import StatusWatcher
 from api.params import MAX_DB_INT, Offset, SubmissionId
-from api.presenters import grading_read, submission_read
+from api.presenters import grading_progress, grading_read, submission_read
 from api.schemas import (
     TERMINAL,
     DisqualifyRequest,
@@ -51,6 +51,7 @@ from submissions import exports, grades, idempotency, moderation, repository, se
 from submissions.errors import Overloaded, StudentNotFound
 from submissions.exports import GradescopeResults
 from submissions.models import Submission
+from submissions.settings import Settings
 
 router = APIRouter(prefix="/api/v1/submissions", tags=["submissions"])
 
@@ -150,12 +151,15 @@ def _visible(session: Session, submission_id: int, principal: Principal) -> Subm
 
 
 def _submission_view(session: Session, submission_id: int, principal: Principal,
-                     now: dt.datetime) -> SubmissionRead:
-    """The submission as `principal` may read it (SubmissionNotFound otherwise)."""
+                     now: dt.datetime, settings: Settings) -> SubmissionRead:
+    """The submission as `principal` may read it (SubmissionNotFound otherwise), with its
+    progress while unfinished."""
     submission = _visible(session, submission_id, principal)
     rules = grades.rules(session, assignment=submission.assignment, now=now,
                          student_id=submission.student_id)
-    return submission_read(submission, rules=rules, staff_view=principal.is_staff)
+    read = submission_read(submission, rules=rules, staff_view=principal.is_staff)
+    read.progress = grading_progress(session, submission, limit_s=settings.grader_timeout_s, now=now)
+    return read
 
 
 @router.get(
@@ -185,7 +189,7 @@ async def read_submission(
     def read() -> SubmissionRead:
         with contextmanager(session_scope)(state.session_factory) as session:
             principal = principal_for_token(session, token=token, settings=state.settings)
-            return _submission_view(session, submission_id, principal, now)
+            return _submission_view(session, submission_id, principal, now, state.settings)
 
     if wait == 0:  # admitted as an ordinary request: it holds an `api` place already
         return await run_in_threadpool(read)
@@ -268,13 +272,13 @@ def export_gradescope(
                                             "description": "already_disqualified"}})
 def disqualify_submission(
     submission_id: SubmissionId, body: DisqualifyRequest, principal: StaffOnly, session: SessionDep,
-    now: NowDep,
+    now: NowDep, settings: SettingsDep,
 ) -> SubmissionRead:
     """Disqualify (staff): hidden from rankings, final runs and scores; its owner sees it
     with the reason. Audited."""
     moderation.disqualify(session, submission_id=submission_id, reason=body.reason,
                           actor=principal.actor, now=now)
-    return _submission_view(session, submission_id, principal, now)
+    return _submission_view(session, submission_id, principal, now, settings)
 
 
 @router.post("/{submission_id}/restore", response_model=SubmissionRead,
@@ -282,9 +286,9 @@ def disqualify_submission(
                                             "description": "not_disqualified"}})
 def restore_submission(
     submission_id: SubmissionId, body: RestoreRequest, principal: StaffOnly, session: SessionDep,
-    now: NowDep,
+    now: NowDep, settings: SettingsDep,
 ) -> SubmissionRead:
     """Lift a disqualification (staff). Audited."""
     moderation.restore(session, submission_id=submission_id, reason=body.reason,
                        actor=principal.actor, now=now)
-    return _submission_view(session, submission_id, principal, now)
+    return _submission_view(session, submission_id, principal, now, settings)

@@ -16,8 +16,10 @@ Callers import the package (``from submissions import repository``) and call
 - `audit`: the staff action log.
 - `idempotency`: stored first answers of POSTs sent with an Idempotency-Key.
 - `workers`, `observability`: heartbeats, health and metrics.
+- `analytics`: the check verdicts behind the staff's class analytics.
 """
 
+from submissions.repository.analytics import *  # noqa: F403
 from submissions.repository.assignments import *  # noqa: F403
 from submissions.repository.audit import *  # noqa: F403
 from submissions.repository.extensions import *  # noqa: F403

@@ -43,7 +43,7 @@ import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sqlalchemy import and_, delete, select, update
+from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from submissions.models import (
@@ -66,6 +66,7 @@ __all__ = [
     "PRIORITY_UPLOAD",
     "claim_next_submission",
     "insert_grading",
+    "queue_position",
     "record_grading_outcome",
     "record_infrastructure_failure",
     "release_claim",
@@ -128,6 +129,27 @@ class ClaimedJob:
     seed: int | None
     grading_id: int
     purpose: str
+
+
+def queue_position(session: Session, *, grading: Grading) -> int | None:
+    """Where the queued `grading` stands in the claim order (1: claimed next), or None when it
+    is not queued. The order is ``claim_next_submission``'s: priority, then oldest, then id."""
+    if grading.status != SubmissionStatus.QUEUED:
+        return None
+    ahead = session.execute(
+        select(func.count())
+        .select_from(Grading)
+        .where(
+            Grading.status == SubmissionStatus.QUEUED,
+            or_(
+                Grading.priority < grading.priority,
+                and_(Grading.priority == grading.priority, Grading.created_at < grading.created_at),
+                and_(Grading.priority == grading.priority, Grading.created_at == grading.created_at,
+                     Grading.id < grading.id),
+            ),
+        )
+    ).scalar_one()
+    return int(ahead) + 1
 
 
 def claim_next_submission(

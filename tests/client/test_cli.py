@@ -12,7 +12,7 @@ from rich.console import Console
 
 from api.schemas import SubmissionRead
 from client import http
-from client.cli import render_submission
+from client.cli import progress_line, render_submission
 from client.http import ApiError, ServiceClient
 
 NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
@@ -103,3 +103,15 @@ def test_an_upload_is_not_resent_after_the_connection_broke_mid_request(monkeypa
     with pytest.raises(ApiError) as raised:
         client.request("POST", "/api/v1/submissions", expect=(202,))
     assert raised.value.code == "unreachable" and sent == ["POST"]
+
+
+def test_the_wait_shows_the_queue_position_then_the_time_running_and_its_limit() -> None:
+    queued = _submission(status="queued", result=None, score=None,
+                         progress={"phase": "queued", "queue_position": 3})
+    assert progress_line(queued, waited_s=12.4) == "queued (number 3 in the queue) ... 12 s"
+    running = _submission(status="running", result=None, score=None,
+                          progress={"phase": "running", "elapsed_s": 40.2, "limit_s": 1800})
+    assert progress_line(running, waited_s=50) == (
+        "running: the checks, then on a GPU the benchmark (attempt 1; 40 s of at most 1800 s)")
+    older_server = _submission(status="running", result=None, score=None)
+    assert progress_line(older_server, waited_s=7) == "running (attempt 1) ... 7 s"

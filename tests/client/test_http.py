@@ -197,3 +197,33 @@ def test_course_add_student_retries_a_lost_answer_with_the_same_key(monkeypatch,
     assert len(sent) == 2 and sent[0].headers["idempotency-key"] == \
         sent[1].headers["idempotency-key"]
     assert '"token": "gst_abc"' in capsys.readouterr().out
+
+
+def test_a_refused_connection_fails_at_once_and_a_connect_timeout_is_retried() -> None:
+    sent, waits = [], []
+    client = _client([httpx.ConnectError("[Errno 111] Connection refused")], sent, waits)
+    with pytest.raises(ApiError) as raised:
+        client.get_json("/x")
+    assert raised.value.code == "unreachable" and len(sent) == 1 and waits == []
+    assert "is the address right" in raised.value.message
+    sent, waits = [], []
+    client = _client([httpx.ConnectTimeout("slow"), httpx.Response(200, json={})], sent, waits)
+    assert client.request("POST", "/api/v1/submissions").json() == {} and len(sent) == 2
+    # Once the server has answered, a refusal is a restart (the wait of `grader submit` goes on).
+    sent, waits = [], []
+    client = _client([httpx.Response(200, json={}), httpx.ConnectError("refused"),
+                      httpx.Response(200, json={"ok": 1})], sent, waits)
+    assert client.get_json("/a") == {} and client.get_json("/b") == {"ok": 1} and len(waits) == 1
+
+
+def test_a_wrong_server_address_fails_in_well_under_a_second() -> None:
+    import socket
+    import time
+
+    with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    started = time.monotonic()
+    with ServiceClient(f"http://127.0.0.1:{port}", "tok") as client, pytest.raises(ApiError) as raised:
+        client.get_json("/api/v1/submissions")
+    assert raised.value.code == "unreachable" and time.monotonic() - started < 1.0

@@ -98,7 +98,8 @@ EXPECTED = {
     "missing_function_deleted.py": Expect("error", "missing_function"),
     "sys_exit_at_import.py": Expect("error", "exited"),
     "os_exit_in_call.py": Expect("error", "exited"),
-    "infinite_loop.py": Expect("error", "timeout", options={"child_timeout_s": 20}),
+    # Ended by the first call's own limit (settings.first_call_timeout_s), long before this one.
+    "infinite_loop.py": Expect("error", "timeout", options={"child_timeout_s": 60}),
     "fails_then_hangs.py": Expect("failed", "timeout", failed=frozenset({"example_two_element", "autograd_fp32"}),
                                   options={"child_timeout_s": 20}),
     "stdout_flood.py": Expect("error", "resource_limit"),
@@ -493,13 +494,10 @@ def test_stdout_flood_is_cut_and_capped(hostile):
 
 def test_infinite_loop_times_out_naming_the_call(hostile):
     document = hostile.result("infinite_loop.py")
-    assert "example_two_element/0" in document["error"]["message"], summary(document)
-    # Stopped by its CPU-time limit (20 s, sampled once a second), whatever the load made of
-    # the wall time; the message says so, and how long the call ran in CPU and wall seconds.
-    details = document["error"]["details"]
-    assert details["clock"] == "cpu" and 20 <= details["cpu_s"] < 20 + 3, details
-    assert "of CPU time" in document["error"]["message"] and "s of wall time" in document["error"]["message"]
-    assert details["running"]["line"] == "call example_two_element/0" and details["load"]["cores"] >= 1, details
+    message = document["error"]["message"]
+    assert message.startswith("did not return on a 1x2 input: an infinite loop?"), summary(document)
+    assert "example_two_element/0" in message and "block" not in message, summary(document)
+    assert document["duration_s"] < 60, document["duration_s"]
 
 
 def test_memory_bomb_is_stopped(hostile):

@@ -420,3 +420,64 @@ def test_instructor_walks_a_term_on_the_staff_pages(
     grades = {r["Student"]: r[name] for r in csv.DictReader(io.StringIO(canvas.read_text()))}
     assert grades["Points Possible"] == "100"
     assert (grades["term-ann"], grades["term-ben"]) == ("100", "0")
+
+
+def _overflow_px(page: Any) -> int:
+    """How far the page is wider than the viewport (0: no horizontal scrolling)."""
+    return int(page.evaluate("document.documentElement.scrollWidth - window.innerWidth"))
+
+
+@pytest.mark.parametrize("width, height", [(390, 844), (1280, 800)])
+def test_a_failed_report_leads_with_its_summary_on_a_phone_and_a_laptop(
+        pages_factory: Any, server: Any, width: int, height: int) -> None:
+    # A result the real grader wrote for the sign-bug corpus file (fake grader: document=).
+    _, token = server.create_student(f"lin-{width}")
+    submission_id = server.upload(token, kernel("document=flipped_sign"))
+    assert server.wait_final(submission_id, token)["status"] == "failed"
+
+    student = pages_factory()
+    page = student.page
+    page.set_viewport_size({"width": width, "height": height})
+    student.sign_in(token)
+    student.goto(f"/submissions/{submission_id}")
+    summary = page.locator("section.summary")
+    text = summary.inner_text()
+    assert "failed: fix example_two_element first; 4/13 checks passed, 2 not run" in text
+    assert "y=[0.25,0.75], g=[2,-1] at [0, 0]: got -0.5625, expected 0.5625" in text
+    assert "the sign of the subtraction is flipped" in text
+    box = summary.bounding_box()
+    assert box is not None and box["y"] + box["height"] <= height, (box, height)  # above the fold
+    assert _overflow_px(page) <= 0, f"{_overflow_px(page)} px wider than {width}"
+    # Each tolerance's derivation is listed once, collapsed; the rows show the bound and link it.
+    assert page.locator("details.tolerances dd").count() == 3  # fp32, fp16, bf16
+    assert not page.locator("details.tolerances dd").first.is_visible()
+    assert page.locator("table.checks a[href='#tolerance-1']").count() >= 3
+    passing = page.locator("table.checks tr.check-passed", has_text="row_sum_invariant")
+    assert "x scale" in passing.locator("td[data-label=Tolerance]").inner_text()
+    student.shot(f"failed-report-{width}")
+    assert student.axe(f"failed-report-{width}") == []
+    assert student.axe_results[f"failed-report-{width}"] == []  # no violation of any impact
+
+    # The first check to fix links to its row of the served docs/checks.md.
+    summary.get_by_role("link", name="example_two_element").click()
+    page.wait_for_url(re.compile(r"/checks#softmax_backward-example_two_element$"))
+    row = page.locator("tr#softmax_backward-example_two_element")
+    assert "dx = [0.5625, -0.5625]" in row.inner_text()
+    assert _overflow_px(page) <= 0
+    assert_accessible(student, f"checks-{width}")
+
+
+def test_staff_read_the_class_analytics_on_a_phone(pages_factory: Any, server: Any) -> None:
+    _, token = server.create_student("ana-analytics")
+    server.wait_final(server.upload(token, kernel("document=flipped_sign")), token)
+    staff = pages_factory()
+    page = staff.page
+    page.set_viewport_size({"width": 390, "height": 844})
+    staff.sign_in(INSTRUCTOR_TOKEN)
+    page.get_by_role("link", name="Analytics", exact=True).click()
+    page.wait_for_url(re.compile(r"/staff/analytics$"))
+    row = page.locator("table.analytics tbody tr", has_text="example_two_element")
+    assert "the sign of the subtraction is flipped" in row.inner_text()
+    assert _overflow_px(page) <= 0
+    staff.shot("analytics-390")
+    assert_accessible(staff, "analytics-390")

@@ -15,7 +15,7 @@ from api.pages.rendering import PageRoute, redirect, render
 from api.pages.report import build_report
 from api.pages.security import StudentViewer, Viewer, ViewerDep, check_csrf
 from api.params import MAX_DB_INT
-from api.presenters import grading_read, submission_read
+from api.presenters import grading_progress, grading_read, submission_read
 from api.schemas import AssignmentRead, Status
 from api.uploads import UploadDep
 from api.views import assignment_view, leaderboard_view, submission_summaries
@@ -91,7 +91,7 @@ def read_history(request: Request, viewer: ViewerDep, session: SessionDep, now: 
 
 @router.get("/submissions/{submission_id}")
 def read_report(request: Request, submission_id: SubmissionId,
-                viewer: ViewerDep, session: SessionDep, now: NowDep,
+                viewer: ViewerDep, session: SessionDep, now: NowDep, settings: SettingsDep,
                 done: str | None = None) -> Response:
     """Status while queued or running (refreshed by htmx every 2 s); then the per-check
     table, the error, the captured output and one chart per benchmark row; score, lateness,
@@ -101,6 +101,7 @@ def read_report(request: Request, submission_id: SubmissionId,
     rules = grades.rules(session, assignment=submission.assignment, now=now,
                          student_id=submission.student_id)
     read = submission_read(submission, rules=rules, staff_view=viewer.is_staff)
+    read.progress = grading_progress(session, submission, limit_s=settings.grader_timeout_s, now=now)
     gradings = [grading_read(g, rules=rules, staff_view=viewer.is_staff)
                 for g in repository.list_gradings(session, submission_id=submission.id)]
     return render(request, "submission.html", viewer=viewer, submission=read,

@@ -291,3 +291,28 @@ def test_cap_applies_to_other_parts_while_streaming() -> None:
     with pytest.raises(UploadTooLarge):
         asyncio.run(read_uploaded_file(request, small))
     assert len(received) <= 2 + (1024 + FRAMING_ALLOWANCE_BYTES) // 1024
+
+
+def test_an_unfinished_submission_says_its_queue_position_then_its_elapsed_time_and_limit(
+        client, db_session) -> None:
+    from submissions import repository
+
+    _, ada = create_student(client, "ada-progress")
+    _, bo = create_student(client, "bo-progress")
+    first = upload(client, ada, kernel_source()).json()["id"]
+    second = upload(client, bo, kernel_source()).json()["id"]
+    read = lambda token, sid: client.get(f"/api/v1/submissions/{sid}", headers=bearer(token)).json()  # noqa: E731
+    assert read(ada, first)["progress"] == {"phase": "queued", "queue_position": 1, "elapsed_s": None,
+                                            "limit_s": None}
+    assert read(bo, second)["progress"]["queue_position"] == 2
+    claimed = repository.claim_next_submission(db_session, worker_id="w", lease_s=30,
+                                               now=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=5))
+    db_session.commit()
+    assert claimed.submission_id == first
+    running = read(ada, first)["progress"]
+    assert running["phase"] == "running" and running["queue_position"] is None
+    assert 4 <= running["elapsed_s"] < 60 and running["limit_s"] == 60.0  # make_settings' grader_timeout_s
+    assert read(bo, second)["progress"]["queue_position"] == 1
+    client.cookies.set("grader_session", bo)  # the page shows the same
+    page = client.get(f"/submissions/{second}")
+    assert "number 1 in the queue" in page.text

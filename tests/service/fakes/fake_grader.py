@@ -16,7 +16,9 @@ graph medians, floor_s_min, scope), html (1: the check message, error message, t
 captured output carry HTML and <script> tags, for the pages' escaping tests), nan (1: the
 failed check's err/tol is infinity and its max abs error NaN, as for NaN outputs), runs
 (path: append this process's pid, one line per grading started), wait_for (path: wait, up to
-120 s, until it exists, then finish).
+120 s, until it exists, then finish), document (name: print documents/<name>.json, a result the
+real grader wrote: flipped_sign is `grader check --device cpu` of
+tests/corpus/softmax_backward/wrong/flipped_sign.py).
 """
 
 from __future__ import annotations
@@ -76,6 +78,14 @@ def main() -> int:
     if options.get("garbage"):
         print("this is not JSON")
         return 0
+
+    if "document" in options:
+        # A document the real grader wrote (tests/service/fakes/documents/<name>.json), as it was.
+        document = ResultDocument.model_validate_json(
+            (DOCUMENTS / f"{options['document']}.json").read_text(encoding="utf-8"))
+        document = document.model_copy(update={"seed": seed})
+        sys.stdout.write(document.to_json(indent=None))
+        return int(document.exit_code)
 
     verdict = options.get("verdict", "passed")
     passed = verdict == "passed"
@@ -137,6 +147,7 @@ def main() -> int:
     return {"passed": 0, "failed": 1, "error": 2}[verdict]
 
 
+DOCUMENTS = Path(__file__).parent / "documents"
 #: What the html directive puts into every student-controlled string of the document.
 HTML_PAYLOAD = '<script>window.__pwned = 1</script><b>bold</b><img src=x onerror="window.__pwned=2">'
 

@@ -423,3 +423,19 @@ def test_docs_use_only_local_assets(client: TestClient) -> None:
         for url in urls:
             assert client.get(url).status_code == 200, url
 
+
+
+def test_the_checks_document_is_served_with_an_anchor_for_every_check(client: TestClient) -> None:
+    from grader.manifest import MANIFESTS
+
+    assert client.get("/checks", follow_redirects=False).status_code == 303  # sign in first
+    _, token = create_student(client, "ada")
+    sign_in(client, token)
+    response = client.get("/checks")
+    assert response.status_code == 200 and "default-src 'self'" in response.headers["content-security-policy"]
+    ids = set(re.findall(r'id="([^"]+)"', response.text))
+    # The rows reports link to (check_url), and each assignment's section.
+    assert {f"softmax_backward-{name}" for name in (
+        "example_two_element", "autograd_fp32", "half_precision", "row_sum_invariant", "triton_kernel")} <= ids
+    assert set(MANIFESTS) <= ids
+    assert "<script" not in response.text.split("<main", 1)[1]  # raw HTML in the Markdown is off

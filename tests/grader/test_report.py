@@ -1,0 +1,75 @@
+"""The summary a report leads with (grader.contract.summarize), as `grader check` prints it
+(grader/report.py), from documents the real grader wrote (tests/service/fakes/documents)."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from pathlib import Path
+
+from rich.console import Console
+
+from grader.contract import CheckOutcome, ErrorKind, GradingError, ResultDocument, Verdict, summarize
+from grader.report import render_result
+
+DOCUMENTS = Path(__file__).resolve().parents[1] / "service" / "fakes" / "documents"
+
+
+def _document(name: str) -> ResultDocument:
+    return ResultDocument.model_validate_json((DOCUMENTS / f"{name}.json").read_text())
+
+
+def _printed(document: ResultDocument, **options) -> str:
+    buffer = io.StringIO()
+    render_result(document, Console(file=buffer, width=200), **options)
+    return buffer.getvalue()
+
+
+def test_the_sign_bug_leads_with_its_first_check_smallest_input_values_and_hint() -> None:
+    summary = summarize(_document("flipped_sign"))
+    assert summary.line == "failed: fix example_two_element first; 4/13 checks passed, 2 not run"
+    assert (summary.check, summary.input, summary.index) == ("example_two_element", "y=[0.25,0.75], g=[2,-1]", [0, 0])
+    assert (summary.got, summary.expected) == (-0.5625, 0.5625)
+    assert summary.hint == "Your output matches y*(sum(y*g) - g): the sign of the subtraction is flipped."
+    assert summary.hint not in summary.problem  # the diagnosis is said once, as the hint
+
+
+def test_the_summary_is_written_with_the_document_and_derived_again_when_read() -> None:
+    document = _document("flipped_sign")
+    written = json.loads(document.to_json())
+    assert written["summary"]["check"] == "example_two_element"
+    forged = {**written, "summary": {**written["summary"], "check": "nothing", "line": "passed"}}
+    assert ResultDocument.model_validate(forged).summary == document.summary
+
+
+def test_cli_prints_the_summary_first_and_quiet_prints_one_line() -> None:
+    document = _document("flipped_sign")
+    text = _printed(document)
+    lines = text.splitlines()
+    assert lines[0] == "failed: fix example_two_element first; 4/13 checks passed, 2 not run"
+    assert "smallest failing input: y=[0.25,0.75], g=[2,-1] at [0, 0]: got -0.5625, expected 0.5625" in text
+    assert text.index("hint: Your output matches") < text.index("┏")  # above the table
+    assert _printed(document, quiet=True) == document.summary.line + "\n"
+
+
+def test_the_smallest_failing_input_is_the_one_shown() -> None:
+    # half_precision compares (4,1000), (3,4097), (4,65536), (4,4096), (1,65536) in fp16 and bf16.
+    summary = summarize(_document("half_precision_dot"))
+    assert (summary.check, summary.input) == ("half_precision", "(4, 1000) float16")
+    assert abs(summary.got - summary.expected) > summary.allowed and math.isfinite(summary.allowed)
+
+
+def test_an_error_without_failures_and_a_check_without_details_are_summarised() -> None:
+    timeout = ResultDocument(assignment="a", verdict=Verdict.ERROR, checks=[], error=GradingError(
+        kind=ErrorKind.TIMEOUT, message="did not return on a 1x2 input: an infinite loop? More words."))
+    assert summarize(timeout).line == "error (timeout): did not return on a 1x2 input: an infinite loop?"
+    assert summarize(timeout).check is None and summarize(timeout).problem.startswith("did not return")
+    plain = ResultDocument(assignment="a", verdict=Verdict.FAILED, checks=[
+        CheckOutcome(name="ok", passed=True, message="fine"),
+        CheckOutcome(name="raises", passed=False, message="(3, 4) float32: raised ValueError: x. Hint: check shapes")])
+    summary = summarize(plain)
+    assert (summary.check, summary.input, summary.problem, summary.hint) == (
+        "raises", None, "(3, 4) float32: raised ValueError: x.", "check shapes")
+    assert summarize(ResultDocument(assignment="a", verdict=Verdict.PASSED, checks=plain.checks[:1])).line == \
+        "passed: 1/1 checks passed"
