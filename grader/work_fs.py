@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -63,21 +62,16 @@ def default_mount_point() -> Path:
     return path
 
 
-def work_fs_command(command: list[str], *, mount_point: Path, size_bytes: int) -> list[str]:
-    """``command`` run by bubblewrap with a tmpfs of ``size_bytes`` at ``mount_point`` and the
-    host's root bound as it is; ``GRADER_WORK_ROOT`` and ``MOUNTED_ENV`` point at the tmpfs.
+def work_fs_command(command: list[str], *, mount_point: Path, size_bytes: int, bwrap: str) -> list[str]:
+    """``command`` run by bubblewrap (``bwrap``: its path, the one grader/bwrap.py resolved for
+    the sandbox) with a tmpfs of ``size_bytes`` at ``mount_point`` and the host's root bound as
+    it is; ``GRADER_WORK_ROOT`` and ``MOUNTED_ENV`` point at the tmpfs.
 
     Not run as root, bubblewrap needs a user namespace for its mount namespace; the user is
     mapped to itself, so files keep their owners and the sandboxed children (bubblewrap again,
     nested) work as before.
-
-    Raises:
-        WorkFsUnavailable: bubblewrap is not installed.
     """
-    binary = shutil.which("bwrap")
-    if binary is None:
-        raise WorkFsUnavailable("bubblewrap (bwrap) is not installed")
-    prefix = [binary]
+    prefix = [bwrap]
     if os.geteuid() != 0:
         prefix.append("--unshare-user")
     return [*prefix, "--dev-bind", "/", "/", "--size", str(size_bytes), "--perms", "0700",
@@ -96,10 +90,16 @@ def exec_in_work_fs(settings: GraderSettings, argv: list[str]) -> None:
     """
     if os.environ.get(MOUNTED_ENV) or settings.work_fs_bytes == 0 or settings.sandbox != "bwrap":
         return
+    from grader.bwrap import SandboxUnavailable, resolve_bwrap
+
+    try:
+        bwrap = str(resolve_bwrap(settings).path)
+    except SandboxUnavailable as exc:
+        raise WorkFsUnavailable(str(exc)) from exc
     mount_point = Path(settings.work_root) if settings.work_root else default_mount_point()
     command = work_fs_command([sys.executable, "-m", "grader", *argv], mount_point=mount_point,
-                              size_bytes=settings.work_fs_bytes)
-    probe = work_fs_command(["true"], mount_point=mount_point, size_bytes=1 << 20)
+                              size_bytes=settings.work_fs_bytes, bwrap=bwrap)
+    probe = work_fs_command(["true"], mount_point=mount_point, size_bytes=1 << 20, bwrap=bwrap)
     try:
         result = subprocess.run(probe, capture_output=True, timeout=30, check=False)  # noqa: S603 - argv list
     except (OSError, subprocess.TimeoutExpired) as exc:
