@@ -6,6 +6,7 @@ the service passes the few it needs through the environment of that process.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
@@ -56,6 +57,9 @@ class GraderSettings(BaseSettings):
         work_root: where per-run work folders are made (default: the system temp dir; with
             ``work_fs_bytes``, the mount point of the grading's own tmpfs: default
             ``<temp dir>/grader-work-<uid>``, an empty folder on the host).
+        peers_cache_dir: where timed peers are cached (grader/benchmark/children.py
+            ``peers_cache_folder``); default ``<temp dir>/grader-peers-<uid>``, outside every
+            grading's folder so that the cache outlives the grading.
         work_fs_bytes: size of the tmpfs ``grader check`` mounts at ``work_root`` for its
             grading (grader/work_fs.py), bytes: a child that writes more fills it, and its
             grading ends as ``resource_limit``; it vanishes with the grader. 0: the grading
@@ -95,6 +99,7 @@ class GraderSettings(BaseSettings):
     # 4 GiB: an honest grading's folder holds its inputs, step outputs, recording and Triton
     # cache, tens to hundreds of MiB (docs/security.md).
     work_fs_bytes: int = Field(default=4 * 1024**3, ge=0)
+    peers_cache_dir: Path | None = None
     parent_memory_bytes: int = Field(default=32 * 1024**3, gt=0)
     parent_max_open_files: int = Field(default=4096, ge=64)
     parent_timeout_s: float = Field(default=1750.0, gt=0)

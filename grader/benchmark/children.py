@@ -126,8 +126,21 @@ def _peers_cache_path(assignment: Assignment, options: BenchmarkOptions, setting
         "harness": harness_digest.hexdigest(),
     }, sort_keys=True, default=str)
     digest = hashlib.sha256(key.encode()).hexdigest()[:20]
-    root = Path(getattr(settings, "work_root", None) or tempfile.gettempdir())
-    return root / f"grader-bench-peers-{digest}.json"
+    return peers_cache_folder(settings) / f"grader-bench-peers-{digest}.json"
+
+
+def peers_cache_folder(settings) -> Path:
+    """The folder of the peers cache: ``settings.peers_cache_dir``, else
+    ``<temp dir>/grader-peers-<uid>``, made 0700 and refused when it is not this user's own
+    folder. Never a grading's folder (``work_root``): a worker removes that after every
+    grading, and ``grader check`` mounts a tmpfs there that ends with it, so a cache kept there
+    would re-time the peers on every grading (40-45 s on the H200, run3-diagnosis)."""
+    folder = Path(getattr(settings, "peers_cache_dir", None) or Path(tempfile.gettempdir()) / f"grader-peers-{os.getuid()}")
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = folder.lstat()
+    if folder.is_symlink() or not folder.is_dir() or info.st_uid != os.geteuid():
+        raise OSError(f"{folder} is not a folder of this user's; remove it, or set GRADER_PEERS_CACHE_DIR")
+    return folder
 
 
 def cached_peers(assignment: Assignment, *, options: BenchmarkOptions, settings, rows: list[dict]) -> dict:

@@ -23,7 +23,7 @@ import triton.language as tl
 __all__ = ["gemm_epilogue"]
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
-SQRT_2_OVER_PI = 0.7978845608028654
+SQRT_2_OVER_PI = tl.constexpr(0.7978845608028654)
 
 
 @triton.jit
