@@ -26,8 +26,9 @@ from submissions.errors import RequestTimeout
 
 logger = logging.getLogger("api.connections")
 
-#: Seconds a connection is kept open, reading and dropping, after its 408 (see `_headers_late`).
-LINGER_S = 1.0
+#: Seconds a connection is kept open, reading and dropping, after an answer that closes it
+#: while its client may still be sending (`_LingeringTransport`), and the most it drops then.
+LINGER_S, LINGER_MAX_BYTES = 1.0, 1024 * 1024
 
 
 def _timeout_answer(timeout_s: float) -> bytes:
@@ -37,6 +38,48 @@ def _timeout_answer(timeout_s: float) -> bytes:
     return (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
             b"connection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n"
             + body)
+
+
+class _LingeringTransport:
+    """A connection's transport whose ``close`` lingers while the client may still be
+    sending (``should_linger()``): the answer already written, then end of stream, and the
+    socket closed `LINGER_S` later, what arrives meanwhile dropped (at most
+    `LINGER_MAX_BYTES`). Closing at once with the
+    client's bytes unread, or with more on the way, makes the kernel reset the connection,
+    and a reset can destroy the 408 or 413 before the client reads it (nginx's
+    ``lingering_close`` does the same). Everything else is the wrapped transport's."""
+
+    def __init__(self, transport: Any, loop: Any, should_linger: Any) -> None:
+        self._transport, self._loop, self._should_linger = transport, loop, should_linger
+        self.lingering = False
+        self._dropped = 0
+
+    def drop(self, data: bytes) -> None:
+        """Drop what arrives while lingering; past LINGER_MAX_BYTES, close at once (a client
+        that keeps sending gets its reset: it had its answer's chance)."""
+        self._dropped += len(data)
+        if self._dropped > LINGER_MAX_BYTES:
+            self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+    def is_closing(self) -> bool:
+        return self.lingering or self._transport.is_closing()
+
+    def close(self) -> None:
+        if self.lingering or self._transport.is_closing():
+            return
+        if not (self._should_linger() and self._transport.can_write_eof()):
+            self._transport.close()
+            return
+        try:
+            self._transport.write_eof()
+        except OSError:  # the client has gone already
+            self._transport.close()
+            return
+        self.lingering = True
+        self._loop.call_later(LINGER_S, self._transport.close)
 
 
 def header_deadline_protocol(header_timeout_s: float,
@@ -52,7 +95,6 @@ def header_deadline_protocol(header_timeout_s: float,
         _header_deadline: Any = None
         _write_deadline: Any = None
         _bytes_since_answer = 0
-        _timed_out = False
 
         def pause_writing(self) -> None:
             super().pause_writing()
@@ -73,8 +115,14 @@ def header_deadline_protocol(header_timeout_s: float,
                 self.transport.abort()
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
-            super().connection_made(transport)
+            super().connection_made(_LingeringTransport(transport, self.loop,
+                                                        self._client_may_be_sending))
             self._arm_header_deadline()
+
+        def _client_may_be_sending(self) -> bool:
+            """A request body not read to its end, or part of the next request's headers."""
+            state = self.conn.their_state
+            return state is h11.SEND_BODY or (state is h11.IDLE and self._bytes_since_answer > 0)
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm_header_deadline()
@@ -84,8 +132,9 @@ def header_deadline_protocol(header_timeout_s: float,
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
-            if self._timed_out:
-                return  # answered 408: what else arrives is read and dropped until the close
+            if self.transport.lingering:
+                self.transport.drop(data)  # answered and closing: dropped
+                return
             self._bytes_since_answer += len(data)
             super().data_received(data)
             if self.conn.their_state is not h11.IDLE:  # the request's headers are complete
@@ -110,16 +159,8 @@ def header_deadline_protocol(header_timeout_s: float,
             self._header_deadline = None
             if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
                 return
-            if not self._bytes_since_answer:
-                self.transport.close()
-                return
-            # A lingering close: the answer, then end of stream, then the connection is closed
-            # a second later. Closing at once with the client's bytes unread would reset the
-            # connection, and a reset can destroy the 408 before the client reads it.
-            self._timed_out = True
-            self.transport.write(_timeout_answer(header_timeout_s))
-            if self.transport.can_write_eof():
-                self.transport.write_eof()
-            self.loop.call_later(LINGER_S, self.transport.close)
+            if self._bytes_since_answer:  # a client that is sending may read why
+                self.transport.write(_timeout_answer(header_timeout_s))
+            self.transport.close()  # lingers while the client may be sending
 
     return HeaderDeadlineH11Protocol
