@@ -73,9 +73,10 @@ def _utc(moment: dt.datetime | None) -> str:
 # ----------------------------------------------------------------------------- render
 
 
-def render_submission(console: Console, submission: SubmissionRead) -> None:
-    """The per-check table (grader/report.py, as `grader check` prints it), then what the
-    service adds: score, lateness, disqualification."""
+def render_submission(console: Console, submission: SubmissionRead, server: str | None = None) -> None:
+    """The summary and per-check table (grader/report.py, as `grader check` prints them; with
+    `server`, the first check to fix links to its row of the service's /checks page), then
+    what the service adds: score, lateness, disqualification."""
     console.print(f"submission [bold]{submission.id}[/bold] ({submission.assignment}, "
                   f"{submission.filename or 'no file name'}, uploaded "
                   f"{_utc(submission.created_at)}): [bold]{submission.status}[/bold]")
@@ -85,7 +86,7 @@ def render_submission(console: Console, submission: SubmissionRead) -> None:
                       f"{submission.id} --wait` waits for it")
     else:
         try:
-            render_result(document, console, source_name=submission.filename)
+            render_result(document, console, source_name=submission.filename, server=server)
         except ValidationError:  # a server newer or older than this client: show the basics
             for check in submission.checks:
                 mark = "-" if check.skipped else ("✓" if check.passed else "✗")
@@ -223,7 +224,7 @@ def submit(argv: list[str]) -> int:
     if args.quiet:
         print(one_line(submission))
     else:
-        render_submission(console, submission)
+        render_submission(console, submission, client.server)
     return _exit_code(submission.status)
 
 
@@ -287,7 +288,7 @@ def status(argv: list[str]) -> int:
     if args.json:
         sys.stdout.write(submission.model_dump_json(indent=2) + "\n")
     else:
-        render_submission(console, submission)
+        render_submission(console, submission, client.server)
     return _exit_code(submission.status)
 
 

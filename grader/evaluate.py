@@ -85,9 +85,7 @@ def evaluate_row_sums(check: PlannedCheck, evidence: CheckEvidence, *, tolerance
         bound over every row of every call, as far as the calls were evaluated.
     """
     worst = 0.0
-    bound = f"the row's sum of ({tolerance.bound()})"
-    described = {"tolerance": f"{bound} ({tolerance.why})",
-                 "details": {"tolerances": [{"bound": bound, "why": tolerance.why}]}}
+    described = tolerance_fields(tolerance, f"the row's sum of ({tolerance.bound()})")
     for call in check.calls:
         out, failure = single_output(check, call, evidence, hint)
         if failure is not None:
@@ -255,6 +253,23 @@ def evaluate_values(check: PlannedCheck, evidence: CheckEvidence, *, hint: str,
                             tolerance=tolerance_reason or None, details=details, **numbers)
     return CheckOutcome(name=check.name, passed=True, message=f"{compared} cases, worst error {worst_ratio:.2g} of tolerance",
                         tolerance="; ".join(tolerances) or None, details=details, **numbers)
+
+
+def tolerance_fields(tolerance: Tolerance, bound: str | None = None) -> dict:
+    """``tolerance`` and ``details.tolerances`` of a CheckOutcome compared against
+    `tolerance` (its bound, or `bound` when the check sums or transforms it), for a check
+    that does not go through ``evaluate_values``."""
+    bound = bound or tolerance.bound()
+    return {"tolerance": f"{bound} ({tolerance.why})",
+            "details": {"tolerances": [{"bound": bound, "why": tolerance.why}]}}
+
+
+def point_failure(fields: dict, label: str, index: list[int], got: float, expected: float, allowed: float) -> dict:
+    """`fields` (``tolerance_fields``) with ``details.failure`` for one failing element (as
+    ``_failure_details`` writes it for a whole output)."""
+    details = {**fields.get("details", {}), "failure": {
+        "input": label, "elements": 1, "index": index, "got": got, "expected": expected, "allowed": allowed}}
+    return {**fields, "details": details}
 
 
 def _failure_details(label: str, result: Comparison) -> dict:

@@ -67,7 +67,8 @@ def failing_input(summary: ReportSummary) -> str | None:
 
 def render_summary(summary: ReportSummary, console: Console, docs: str = CHECKS_DOCUMENT) -> None:
     """The lines a report leads with (grader.contract.summarize): verdict, the first check to
-    fix, its smallest failing input with got and expected, the hint."""
+    fix (with `docs`, where it is explained), its smallest failing input with got and expected,
+    the hint."""
     colour = {"passed": "green", "failed": "red"}.get(summary.verdict.value, "yellow")
     console.print(f"[bold {colour}]{summary.line}[/]", highlight=False)
     if summary.check is not None:
@@ -82,9 +83,11 @@ def render_summary(summary: ReportSummary, console: Console, docs: str = CHECKS_
 
 
 def render_result(document: ResultDocument | dict[str, Any], console: Console | None = None,
-                  source_name: str | None = None, *, quiet: bool = False) -> None:
+                  source_name: str | None = None, *, quiet: bool = False, server: str | None = None) -> None:
     """Print the summary (``render_summary``), then the per-check table, the error (if any),
-    the captured output and the verdict line; with `quiet`, the summary's line only.
+    the captured output and the verdict line; with `quiet`, the summary's line only. With
+    `server` (a result fetched from the service), the summary links the first check to fix
+    to its row of the service's ``/checks`` page; else it names docs/checks.md.
 
     Args:
         document: a result document, as the model or as its JSON object.
@@ -101,7 +104,9 @@ def render_result(document: ResultDocument | dict[str, Any], console: Console | 
     if quiet:
         console.print(summary.line, markup=False, highlight=False)
         return
-    render_summary(summary, console)
+    docs = (f"{server.rstrip('/')}/checks#{document.assignment}-{summary.check}"
+            if server and summary.check else CHECKS_DOCUMENT)
+    render_summary(summary, console, docs)
     graded = f"{source_name}: " if source_name else ""
     table = Table(title=f"{graded}{document.assignment} on {document.device}", show_lines=False)
     table.add_column("", width=2)

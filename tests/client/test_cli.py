@@ -115,3 +115,17 @@ def test_the_wait_shows_the_queue_position_then_the_time_running_and_its_limit()
         "running: the checks, then on a GPU the benchmark (attempt 1; 40 s of at most 1800 s)")
     older_server = _submission(status="running", result=None, score=None)
     assert progress_line(older_server, waited_s=7) == "running (attempt 1) ... 7 s"
+
+
+def test_a_fetched_failed_report_links_its_first_check_to_the_services_page() -> None:
+    import json
+    from pathlib import Path
+
+    document = json.loads((Path(__file__).resolve().parents[1] / "service" / "fakes" / "documents"
+                           / "flipped_sign.json").read_text())
+    buffer = io.StringIO()
+    render_submission(Console(file=buffer, width=200), _submission(status="failed", result=document, score=None),
+                      "https://grader.example.edu")
+    text = buffer.getvalue()
+    assert text.splitlines()[1].startswith("failed: fix example_two_element first")
+    assert "(see https://grader.example.edu/checks#softmax_backward-example_two_element)" in text

@@ -449,7 +449,7 @@ def test_a_failed_report_leads_with_its_summary_on_a_phone_and_a_laptop(
     assert box is not None and box["y"] + box["height"] <= height, (box, height)  # above the fold
     assert _overflow_px(page) <= 0, f"{_overflow_px(page)} px wider than {width}"
     # Each tolerance's derivation is listed once, collapsed; the rows show the bound and link it.
-    assert page.locator("details.tolerances dd").count() == 3  # fp32, fp16, bf16
+    assert page.locator("details.tolerances dd").count() == 4  # fp32, fp16, bf16, central difference
     assert not page.locator("details.tolerances dd").first.is_visible()
     assert page.locator("table.checks a[href='#tolerance-1']").count() >= 3
     passing = page.locator("table.checks tr.check-passed", has_text="row_sum_invariant")

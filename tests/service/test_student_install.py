@@ -106,6 +106,9 @@ def test_pip_install_without_extras_runs_submit_status_and_history(tmp_path: Pat
     assert serve.returncode == 3 and "kernel-grader[server]" in serve.stderr, serve.stderr
     check = _run([str(grader), "check", "x.py"], tmp_path, student_shell)
     assert check.returncode == 3 and "kernel-grader[grader]" in check.stderr, check.stderr
+    # The starter file needs no torch.
+    template = _run([str(grader), "template", "softmax_backward", "--output", "-"], tmp_path, student_shell)
+    assert template.returncode == 0 and "def softmax_backward(" in template.stdout, template.stderr
 
     server_env = _environment(grade_command=json.dumps([sys.executable, str(FAKE_GRADER)]),
                               poll_interval_s="0.2")

@@ -45,7 +45,9 @@ from grader.evaluate import (
     evaluate_triton_kernel,
     evaluate_values,
     hint_for,
+    point_failure,
     single_output,
+    tolerance_fields,
 )
 from grader.generic_checks import contract_cases
 from grader.harness.protocol import TensorSpec
@@ -250,9 +252,11 @@ def _check_central_difference(plan: Plan) -> PlannedCheck:
                         message=f"{call.label} at logit [{row},{col}]: dx = {value:.8g}, central difference = {slope:.8g} "
                                 f"(|err| {err:.3g} > allowed {allowed:.3g}; tolerance {tolerance.describe_short()}). "
                                 f"Hint: {HINTS[check.name]}",
+                        **point_failure(tolerance_fields(tolerance), call.label, [row, col], value, slope, allowed),
                     )
         return CheckOutcome(name=check.name, passed=True, max_err_over_tolerance=worst, cases=8,
-                            message=f"8 logits, h = 1e-5, worst error {worst:.2g} of tolerance")
+                            message=f"8 logits, h = 1e-5, worst error {worst:.2g} of tolerance",
+                            **tolerance_fields(tolerance))
 
     return PlannedCheck("central_difference", calls, evaluate)
 
