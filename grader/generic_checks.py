@@ -98,7 +98,7 @@ class PlanBuilder:
     def label(self, spec: CaseSpec) -> str:
         if spec.label:
             return spec.label
-        dims = ", ".join(f"{k}={v}" for k, v in spec.dims.items())
+        dims = ", ".join(str(v) for v in spec.dims.values())
         layouts = "".join(f", {name} {layout}" for name, layout in spec.layouts.items() if layout != "contiguous")
         scalars = "".join(f", {k}={v}" for k, v in spec.scalars.items())
         return f"({dims}) {spec.dtype}{layouts}{scalars}"
@@ -171,13 +171,17 @@ class PlanBuilder:
             spec = decl.cases[0] if decl.cases else CaseSpec(dims={})
             calls.append(self.value_call(f"{decl.name}/0", spec, case=decl.example()))
         for spec in decl.cases[1 if decl.example is not None else 0:]:
-            calls.append(self.value_call(f"{decl.name}/{len(calls)}", spec, reference=decl.reference))
+            call = self.value_call(f"{decl.name}/{spec.key or len(calls)}", spec, reference=decl.reference)
+            if any(layout != "contiguous" for layout in spec.layouts.values()):
+                call.label += " (" + ", ".join(f"{item.name} strides {tuple(view.stride)}" for item, view in
+                                               zip(self.tensor_inputs, call.args) if item.name in spec.layouts) + ")"
+            calls.append(call)
         return PlannedCheck(decl.name, calls, self.values_evaluator(decl.name))
 
     def _CentralDifference(self, decl: CentralDifference) -> PlannedCheck:
         calls = []
         for spec in decl.cases:
-            call = self.value_call(f"{decl.name}/{len(calls)}", spec)
+            call = self.value_call(f"{decl.name}/{spec.key or len(calls)}", spec)
             case = call.extra["case"]
             variable = (case.hidden.get(decl.variable) if decl.variable in case.hidden
                         else case.values[decl.variable]).to(torch.float64)
@@ -227,7 +231,7 @@ class PlanBuilder:
         calls = []
         output = [o.name for o in self.declared.outputs].index(decl.output)
         for spec in decl.cases:
-            call = self.value_call(f"{decl.name}/{len(calls)}", spec)
+            call = self.value_call(f"{decl.name}/{spec.key or len(calls)}", spec)
             weights = decl.weights(call.extra["case"], call.extra["placed"]) if decl.weights is not None else None
             call.extra["weights"] = None if weights is None else weights.to(torch.float64)
             calls.append(call)
@@ -264,7 +268,7 @@ class PlanBuilder:
     def _OutputContract(self, decl: OutputContract) -> PlannedCheck:
         calls = []
         for spec in contract_cases(self.declared.inputs, decl.cases):
-            call = self.value_call(f"{decl.name}/{len(calls)}", spec)
+            call = self.value_call(f"{decl.name}/{spec.key or len(calls)}", spec)
             call.save_inputs_after = True
             calls.append(call)
         hint, device = self.hint(decl.name), self.plan.device

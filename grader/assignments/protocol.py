@@ -141,6 +141,7 @@ class CaseSpec:
         exact: draw the assignment's exact values (``MakeCase``'s ``exact``).
         scalars: scalar arguments passed as keywords (``{"ignore_index": 3}``).
         label: how messages name the case (default: dims, dtype and layouts).
+        key: the call's id within its check (``<check>/<key>``; default: its index).
     """
 
     dims: Mapping[str, int]
@@ -149,6 +150,7 @@ class CaseSpec:
     exact: bool = False
     scalars: Mapping[str, int | float | bool] = field(default_factory=dict)
     label: str = ""
+    key: str = ""
 
 
 @dataclass(frozen=True)
