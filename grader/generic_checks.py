@@ -287,37 +287,46 @@ class PlanBuilder:
         return evaluate
 
     def _RejectsMismatch(self, decl: RejectsMismatch) -> PlannedCheck:
+        """Only real mismatches: a size is lengthened where two or more inputs share it (a GEMM's
+        K in A and B, not M, which A alone has), a call-dtype input changes dtype where another
+        input has the call dtype too, a fixed-dtype float input gets another float dtype."""
         spec = CaseSpec(dims=decl.dims)
         case = self.case(spec)
         args, kwargs, _ = self.place(case, spec)
+        shared = {dim for dim in decl.dims if sum(dim in item.dims for item in self.tensor_inputs) > 1}
+        call_dtyped = sum(item.dtype == "call" for item in self.tensor_inputs)
         calls = []
         for position, item in enumerate(self.tensor_inputs):
             for axis, dim in enumerate(item.dims):
+                if dim not in shared:
+                    continue
                 longer = self.case(CaseSpec(dims={**decl.dims, dim: decl.dims[dim] + 1}))
                 wrong = list(args)
                 wrong[position] = self.plan.bank.view(longer.values[item.name], self.input_dtype(item, "float32"))
                 calls.append(self.raise_call(f"{decl.name}/{item.name}_{dim}", f"{item.name} with {dim} + 1 along axis "
                                              f"{axis} ({tuple(wrong[position].size)})", wrong, kwargs))
-            if len(item.dims) == 2 and decl.dims[item.dims[0]] != decl.dims[item.dims[1]]:
+            if len(item.dims) == 2 and set(item.dims) <= shared and decl.dims[item.dims[0]] != decl.dims[item.dims[1]]:
                 wrong = list(args)
                 values = case.values[item.name].t().contiguous()
                 wrong[position] = self.plan.bank.view(values, self.input_dtype(item, "float32"))
                 calls.append(self.raise_call(f"{decl.name}/{item.name}_transposed_shape",
                                              f"{item.name} of shape {tuple(values.shape)} (its dims swapped)", wrong, kwargs))
-            if item.float_input:
+            if item.float_input and (item.dtype != "call" or call_dtyped > 1):
                 wrong = list(args)
                 other = "float16" if item.dtype in ("call", "float32") else "float32"
                 wrong[position] = self.plan.bank.view(case.values[item.name], _torch_dtype(other))
                 calls.append(self.raise_call(f"{decl.name}/{item.name}_dtype", f"{item.name} in {other}, the others "
-                                             "float32", wrong, kwargs))
-        last = max(i for i, item in enumerate(self.tensor_inputs) if item.dims)
-        wrong = list(args)
-        moved = self.plan.bank.view(case.values[self.tensor_inputs[last].name],
-                                    self.input_dtype(self.tensor_inputs[last], "float32"))
-        moved.device = "other"
-        wrong[last] = moved
-        calls.append(self.raise_call(f"{decl.name}/device", f"{self.tensor_inputs[last].name} on another device",
-                                     wrong, kwargs))
+                                             "as before", wrong, kwargs))
+        with_dims = [i for i, item in enumerate(self.tensor_inputs) if item.dims]
+        if len(self.tensor_inputs) > 1 and with_dims:
+            last = with_dims[-1]
+            wrong = list(args)
+            moved = self.plan.bank.view(case.values[self.tensor_inputs[last].name],
+                                        self.input_dtype(self.tensor_inputs[last], "float32"))
+            moved.device = "other"
+            wrong[last] = moved
+            calls.append(self.raise_call(f"{decl.name}/device", f"{self.tensor_inputs[last].name} on another device",
+                                         wrong, kwargs))
         return PlannedCheck(decl.name, calls, self._raises(decl.name))
 
     def _RejectsRequiresGrad(self, decl: RejectsRequiresGrad) -> PlannedCheck:
