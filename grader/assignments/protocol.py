@@ -206,7 +206,8 @@ class OutputContract:
     """Each output is a fresh contiguous tensor of the declared shape, dtype and device that
     shares no memory with the inputs, and every input (and the guards around it) is bitwise
     unchanged. The core adds, to the cases given, one case per call dtype with every 2-D
-    input transposed, so that ``torch.empty_like`` of a transposed input is caught."""
+    input transposed, so that ``torch.empty_like`` of a transposed input is caught. Its calls
+    are not replayed by ``triton_kernel`` (it judges no values)."""
 
     name: str
     cases: tuple[CaseSpec, ...]
