@@ -219,9 +219,9 @@ class BenchmarkRow(BaseModel):
     floor_s_min: float | None = None
     floor_s_two_pass: float | None = None
     impls: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    ratio_student_over_baseline: dict[str, float] = Field(default_factory=dict)
-    speedup_vs_baseline: dict[str, float] = Field(default_factory=dict)
-    student_bandwidth_fraction_min: dict[str, float] = Field(default_factory=dict)
+    ratio_student_over_baseline: dict[str, float | None] = Field(default_factory=dict)
+    speedup_vs_baseline: dict[str, float | None] = Field(default_factory=dict)
+    student_bandwidth_fraction_min: dict[str, float | None] = Field(default_factory=dict)
     streaming_probe: dict[str, Any] | None = None
     flags: list[str] = Field(default_factory=list)
     ranked: bool = False

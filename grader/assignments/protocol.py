@@ -141,6 +141,7 @@ class CaseSpec:
         exact: draw the assignment's exact values (``MakeCase``'s ``exact``).
         scalars: scalar arguments passed as keywords (``{"ignore_index": 3}``).
         label: how messages name the case (default: dims, dtype and layouts).
+        key: the call's id within its check (``<check>/<key>``; default: its index).
     """
 
     dims: Mapping[str, int]
@@ -149,6 +150,7 @@ class CaseSpec:
     exact: bool = False
     scalars: Mapping[str, int | float | bool] = field(default_factory=dict)
     label: str = ""
+    key: str = ""
 
 
 @dataclass(frozen=True)
@@ -204,7 +206,8 @@ class OutputContract:
     """Each output is a fresh contiguous tensor of the declared shape, dtype and device that
     shares no memory with the inputs, and every input (and the guards around it) is bitwise
     unchanged. The core adds, to the cases given, one case per call dtype with every 2-D
-    input transposed, so that ``torch.empty_like`` of a transposed input is caught."""
+    input transposed, so that ``torch.empty_like`` of a transposed input is caught. Its calls
+    are not replayed by ``triton_kernel`` (it judges no values)."""
 
     name: str
     cases: tuple[CaseSpec, ...]
@@ -213,9 +216,10 @@ class OutputContract:
 @dataclass(frozen=True)
 class RejectsMismatch:
     """Calls that must raise: for every tensor input in turn, each axis it shares with another
-    input one longer (a shape that disagrees with the others), a float input in another float dtype, and one input on another
-    device (``dims`` gives the sizes; ``dtype`` the call dtype of the other inputs, one the
-    assignment accepts, so that only the one mismatch can make a call raise)."""
+    input one longer (a shape that disagrees with the others), a float input in another float
+    dtype, and one input on another device (``dims`` gives the sizes; ``dtype`` the call dtype
+    of the other inputs, one the assignment accepts, so that only the one mismatch can make a
+    call raise)."""
 
     name: str
     dims: Mapping[str, int]

@@ -265,6 +265,44 @@ def _assemble(rows, options, peers, student, **extra):
     return score.assemble(spec=SPEC, student_rows=student, peers_doc=peers, rows=rows, options=options, **extra)
 
 
+def test_a_result_without_a_floor_is_a_valid_document_and_says_why():
+    """No copy bandwidth measured: the rows' fractions are null, the headline says why, and
+    the object still validates as the result document's typed BenchmarkResult."""
+    from grader.contract import BenchmarkResult
+
+    rows, options, peers, student = _docs()
+    peers = {k: v for k, v in peers.items() if k != "copy_bandwidth"}
+    result = _assemble(rows, options, peers, student)
+    typed = BenchmarkResult.model_validate(result)
+    assert typed.headline.value is None and "copy bandwidth" in typed.headline.reason
+    assert typed.rows[0].floor["kind"] == "bandwidth" and typed.rows[0].floor["missing"] == ["copy bandwidth"]
+    assert typed.rows[0].student_bandwidth_fraction_min["graph"] is None
+    assert typed.rows[0].flags == ["no floor"]
+
+
+def test_compute_and_roofline_floors_use_the_measured_peak():
+    from grader.assignments.protocol import Floor
+
+    def moved(shape, dtype):
+        return {"min": 1_000_000, "two_pass": 2_000_000}
+
+    def flops(shape, dtype):
+        return 4_000_000_000
+
+    peaks = {"float16": {"flops_per_s": 1e15}}
+    compute = score.row_floor(Floor("compute", flops=flops), (8, 8), "float16", 1e12, peaks)
+    assert compute["s_min"] == compute["s_two_pass"] == pytest.approx(4e-6)
+    roofline = score.row_floor(Floor("roofline", bytes=moved, flops=flops), (8, 8), "float16", 1e12, peaks)
+    assert roofline["s_min"] == pytest.approx(4e-6) and roofline["s_two_pass"] == pytest.approx(4e-6)
+    memory_bound = score.row_floor(Floor("roofline", bytes=moved, flops=flops), (8, 8), "float16", 1e11, peaks)
+    assert memory_bound["s_min"] == pytest.approx(1e-5) and memory_bound["s_two_pass"] == pytest.approx(2e-5)
+    assert "the larger of" in roofline["what"] and roofline["peak_flops_per_s"] == 1e15
+    missing = score.row_floor(Floor("compute", flops=flops), (8, 8), "bfloat16", 1e12, peaks)
+    assert missing["missing"] == ["bfloat16 matrix-multiply peak"] and math.isnan(missing["s_min"])
+    with pytest.raises(ValueError):
+        Floor("roofline", bytes=moved)
+
+
 def test_assembled_result_matches_schema_and_headline():
     rows, options, peers, student = _docs()
     result = _assemble(rows, options, peers, student, sandbox="bubblewrap")

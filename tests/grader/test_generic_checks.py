@@ -179,9 +179,8 @@ def test_rejections_cover_every_input_axis_dtype_device_and_requires_grad():
     plan = build_plan(DECLARED, seed=5, device="cpu")
     mismatch = next(c for c in plan.checks if c.name == "rejects_mismatch")
     ids = [call.id.split("/")[1] for call in mismatch.calls]
-    # M is A's alone (an A of M + 1 rows is a valid call with a longer output), so it is not varied.
-    assert ids == ["A_K", "A_transposed_shape", "A_dtype", "B_K", "B_N", "B_transposed_shape", "B_dtype",
-                   "bias_N", "bias_dtype", "device"]
+    # M is A's alone (A (M+1, K) is a valid call), K and N are shared: only those are varied.
+    assert ids == ["A_K", "A_dtype", "B_K", "B_N", "B_transposed_shape", "B_dtype", "bias_N", "bias_dtype", "device"]
     grads = next(c for c in plan.checks if c.name == "rejects_requires_grad")
     assert [sum(s.requires_grad for s in call.args) for call in grads.calls] == [1, 1, 1]
     calls = _evidence(plan)

@@ -1,21 +1,38 @@
-"""``softmax_backward``'s named checks: their inputs, oracles and evaluation (the public contract).
+"""``softmax_backward``'s named checks, declared as data for the generic core
+(grader/generic_checks.py), and the maths only this assignment has: its input cases, its
+diagnoses of known wrong formulas, and the GPU-only large_offsets check.
 
 ``build_plan`` returns every check of one grading run in ``spec.CHECK_NAMES`` order. Inputs
-come from one seeded generator; each check's calls carry their fp64 oracle; each check's
-``evaluate`` turns the evidence the child sent back into a ``CheckOutcome``.
+come from one seeded generator (``make_case``: logits behind y, or exactly representable
+rows); the oracle is ``oracle.vjp_fp64`` with its slack (``product_rounding_slack``).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import torch
 
-from grader.assignments.protocol import CaseSpec
+from grader.assignments.protocol import (
+    Case,
+    CaseSpec,
+    CentralDifference,
+    CustomCheck,
+    Declared,
+    FreshResults,
+    Invariant,
+    OutputContract,
+    OutputOracle,
+    RejectsMismatch,
+    RejectsRequiresGrad,
+    TensorOutput,
+    TritonKernel,
+    ValueCheck,
+)
 from grader.assignments.softmax_backward.inputs import exact_case, random_case
 from grader.assignments.softmax_backward.oracle import (
     autograd_vjp_fp64,
-    central_difference_fp64,
     product_rounding_slack,
     vjp_fp64,
 )
@@ -35,58 +52,57 @@ from grader.assignments.softmax_backward.spec import (
     LONG_ROW,
     TOLERANCES,
 )
-from grader.checks import Tolerance, compare
+from grader.checks import compare
 from grader.contract import CheckOutcome
-from grader.evaluate import (
-    describe_failure,
-    evaluate_output_contract,
-    evaluate_raises,
-    evaluate_row_sums,
-    evaluate_triton_kernel,
-    evaluate_values,
-    hint_for,
-    point_failure,
-    single_output,
-    tolerance_fields,
-)
-from grader.generic_checks import contract_cases
+from grader.evaluate import describe_failure, hint_for
+from grader.generic_checks import build_plan as build_declared_plan
 from grader.harness.protocol import TensorSpec
 from grader.plan import CheckEvidence, Plan, PlannedCall, PlannedCheck, dtype_name
 
+#: The output: dx (M, N) in the call's dtype, with spec.TOLERANCES per dtype.
+OUTPUTS = (TensorOutput("dx", ("M", "N"), {dtype_name(dtype): tol for dtype, tol in TOLERANCES.items()}),)
 
-def _value_call(plan: Plan, call_id: str, y_values: torch.Tensor, g_values: torch.Tensor, dtype: torch.dtype,
-                *, y_layout: str = "contiguous", g_layout: str = "contiguous", expected: torch.Tensor | None = None,
-                label: str = "") -> PlannedCall:
-    """A call on (y, g) placed as ``dtype`` views, with the oracle of the rounded values.
 
-    Its Triton launches are recorded and replayed on new (y, g) of the same shape and layout
-    (check ``triton_kernel``), with the oracle of those values.
-    """
-    y_spec = plan.bank.view(y_values, dtype, y_layout)
-    g_spec = plan.bank.view(g_values, dtype, g_layout)
-    y_given, g_given = plan.bank.values_of(y_spec), plan.bank.values_of(g_spec)
-    oracle, scale = vjp_fp64(y_given, g_given)
-    rows, cols = y_values.shape
-    _, y_replay, g_replay = random_case(plan.generator, rows, cols)
-    y_again = plan.bank.relayout(y_spec, y_replay)
-    g_again = plan.bank.relayout(g_spec, g_replay)
-    y_replay_given, g_replay_given = plan.bank.values_of(y_again), plan.bank.values_of(g_again)
-    replay_expected, replay_scale = vjp_fp64(y_replay_given, g_replay_given)
-    return PlannedCall(
-        id=call_id,
-        args=[y_spec, g_spec],
-        label=label or f"{tuple(y_values.shape)} {dtype_name(dtype)}",
-        expected=[oracle if expected is None else expected],
-        scale=[scale],
-        slack=[product_rounding_slack(y_given, g_given)],
-        tolerance=TOLERANCES[dtype],
-        out_dtype=dtype,
-        record_launches=True,
-        replay_args=[y_again, g_again],
-        replay_expected=replay_expected,
-        replay_scale=replay_scale,
-        replay_slack=product_rounding_slack(y_replay_given, g_replay_given),
-    )
+def make_case(generator: torch.Generator, dims: Mapping[str, int], exact: bool) -> Case:
+    """(y, g) of (M, N): y = softmax(x) of logits x (kept as ``hidden["x"]``) with varied spread
+    and g with varied row means (inputs.random_case), or rows whose products and fp32 sums are
+    exact in half precision (inputs.exact_case)."""
+    m, n = dims["M"], dims["N"]
+    if exact:
+        y, g = exact_case(generator, m, n)
+        return Case(values={"y": y, "g": g})
+    x, y, g = random_case(generator, m, n)
+    return Case(values={"y": y, "g": g}, hidden={"x": x})
+
+
+def replay_case(generator: torch.Generator, case: Case) -> Case:
+    """New random (y, g) of the call's shape for replaying its launches (random rows, also for
+    a call on exact rows: the replay shows whether the launches do the work, not precision)."""
+    m, n = case.values["y"].shape
+    return make_case(generator, {"M": m, "N": n}, False)
+
+
+def oracle(values: Mapping) -> dict[str, OutputOracle]:
+    """The fp64 VJP of (y, g) as placed, its error scale and the exact slack of products
+    rounded to the input dtype (oracle.product_rounding_slack)."""
+    dx, scale = vjp_fp64(values["y"], values["g"])
+    return {"dx": OutputOracle(dx, scale, product_rounding_slack(values["y"], values["g"]))}
+
+
+def _autograd(case: Case, placed: Mapping) -> dict[str, torch.Tensor]:
+    """dL/dx at the logits by fp64 autograd (not the formula)."""
+    return {"dx": autograd_vjp_fp64(case.hidden["x"], case.values["g"])}
+
+
+def _loss(case: Case, x: torch.Tensor) -> torch.Tensor:
+    """L(x) = sum(softmax(x) * g) in fp64: dL/dx is the VJP at g."""
+    return (torch.softmax(x, dim=-1) * case.values["g"].double()).sum()
+
+
+def _example() -> Case:
+    return Case(values={"y": torch.tensor([[0.25, 0.75]], dtype=torch.float64),
+                        "g": torch.tensor([[2.0, -1.0]], dtype=torch.float64)},
+                expected={"dx": torch.tensor([[0.5625, -0.5625]], dtype=torch.float64)})
 
 
 def _ulp(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -171,243 +187,54 @@ def diagnose(got: torch.Tensor, call: PlannedCall, evidence: CheckEvidence) -> s
     return diagnose_half_precision(got, call, y_given, g_given)
 
 
-def _values(name: str):
-    def evaluate(check: PlannedCheck, evidence: CheckEvidence) -> CheckOutcome:
-        return evaluate_values(check, evidence, hint=HINTS[name], diagnose=diagnose,
-                               hint_requires=HINT_REQUIRES.get(name, ()))
-
-    return evaluate
-
-
-# --- the checks -----------------------------------------------------------------------------
-def _check_example_two_element(plan: Plan) -> PlannedCheck:
-    y = torch.tensor([[0.25, 0.75]], dtype=torch.float64)
-    g = torch.tensor([[2.0, -1.0]], dtype=torch.float64)
-    expected = torch.tensor([[0.5625, -0.5625]], dtype=torch.float64)
-    call = _value_call(plan, "example_two_element/0", y, g, torch.float32, expected=expected, label="y=[0.25,0.75], g=[2,-1]")
-    return PlannedCheck("example_two_element", [call], _values("example_two_element"))
+def _case(m: int, n: int, dtype: str = "float32", *, exact: bool = False, y: str = "contiguous",
+          g: str = "contiguous", short: bool = True, key: str = "") -> CaseSpec:
+    """A case of (M, N) = (m, n); its label as the messages have always named it (``fp32``
+    for the value checks' float32 cases)."""
+    layouts = {k: v for k, v in (("y", y), ("g", g)) if v != "contiguous"}
+    name = "fp32" if short and dtype == "float32" and not layouts else dtype
+    label = f"({m}, {n}) {name}" + ("" if not layouts else f", y {y}, g {g}") + (
+        ", exactly representable products" if exact else "")
+    return CaseSpec(dims={"M": m, "N": n}, dtype=dtype, layouts=layouts, exact=exact, label=label, key=key)
 
 
-def _check_autograd_fp32(plan: Plan, rows: int) -> PlannedCheck:
-    shapes = [(rows, 300), (3, 1000), (rows + 1, 1025), (2, 4096), (rows, 4097)]
-    calls = []
-    for index, (m, n) in enumerate(shapes):
-        x, y, g = random_case(plan.generator, m, n)
-        call = _value_call(plan, f"autograd_fp32/{index}", y, g, torch.float32, label=f"({m}, {n}) fp32")
-        call.expected = [autograd_vjp_fp64(x, g)]  # autograd at the logits, not the formula
-        calls.append(call)
-    return PlannedCheck("autograd_fp32", calls, _values("autograd_fp32"))
+def checks(device: str) -> tuple:
+    """Every check, in CHECK_NAMES order (rows per case: 4 on the CPU interpreter, 64 on a GPU).
 
-
-def _check_half_precision(plan: Plan, rows: int) -> PlannedCheck:
-    """Random rows, and rows whose products and fp32 sums are exact (inputs.exact_case), in
-    float16 and bfloat16. On the exact rows any allowed arithmetic is exact up to the final
-    rounding, so a dot accumulated in half precision or g - dot in half precision shows."""
-    calls = []
-    for dtype in (torch.float16, torch.bfloat16):
-        name = dtype_name(dtype)
-        for m, n in [(rows, 1000), (3, 4097), (4, LONG_ROW)]:
-            _, y, g = random_case(plan.generator, m, n)
-            calls.append(_value_call(plan, f"half_precision/{name}/{m}x{n}", y, g, dtype, label=f"({m}, {n}) {name}"))
-        for m, n in [(rows, 4096), (1, LONG_ROW)]:
-            y, g = exact_case(plan.generator, m, n)
-            calls.append(_value_call(plan, f"half_precision/{name}/exact/{m}x{n}", y, g, dtype,
-                                     label=f"({m}, {n}) {name}, exactly representable products"))
-    return PlannedCheck("half_precision", calls, _values("half_precision"))
-
-
-def _check_central_difference(plan: Plan) -> PlannedCheck:
-    calls = []
-    for index, (m, n) in enumerate([(3, 37), (2, 300)]):
-        x, y, g = random_case(plan.generator, m, n)
-        call = _value_call(plan, f"central_difference/{index}", y, g, torch.float32, label=f"({m}, {n}) fp32")
-        points = []
-        for _ in range(4):
-            row = int(torch.randint(m, (1,), generator=plan.generator))
-            col = int(torch.randint(n, (1,), generator=plan.generator))
-            points.append((row, col, central_difference_fp64(x, g, row, col, CENTRAL_DIFFERENCE_H)))
-        call.extra["points"] = points
-        calls.append(call)
-
-    def evaluate(check: PlannedCheck, evidence: CheckEvidence) -> CheckOutcome:
-        tolerance = Tolerance(
-            rtol=TOLERANCES[torch.float32].rtol,
-            atol=CENTRAL_DIFFERENCE_ATOL,
-            why="fp32 rtol plus 1e-9 for the finite-difference error (h=1e-5, fp64)",
-        )
-        worst = 0.0
-        for call in check.calls:
-            out, failure = single_output(check, call, evidence, HINTS[check.name])
-            if failure is not None:
-                return failure
-            for row, col, slope in call.extra["points"]:
-                value = float(out[row, col].double())
-                allowed = float(tolerance.allowed(torch.tensor(slope, dtype=torch.float64), call.scale[0][row, col]))
-                err = abs(value - slope)
-                ratio = err / allowed if math.isfinite(err) else math.inf
-                worst = max(worst, ratio)
-                if not err <= allowed:
-                    return CheckOutcome(
-                        name=check.name, passed=False, max_err_over_tolerance=worst,
-                        message=f"{call.label} at logit [{row},{col}]: dx = {value:.8g}, central difference = {slope:.8g} "
-                                f"(|err| {err:.3g} > allowed {allowed:.3g}; tolerance {tolerance.describe_short()}). "
-                                f"Hint: {HINTS[check.name]}",
-                        **point_failure(tolerance_fields(tolerance), call.label, [row, col], value, slope, allowed),
-                    )
-        return CheckOutcome(name=check.name, passed=True, max_err_over_tolerance=worst, cases=8,
-                            message=f"8 logits, h = 1e-5, worst error {worst:.2g} of tolerance",
-                            **tolerance_fields(tolerance))
-
-    return PlannedCheck("central_difference", calls, evaluate)
-
-
-def _check_row_sum_invariant(plan: Plan, rows: int) -> PlannedCheck:
-    calls = []
-    for index, (m, n) in enumerate([(rows, 1025), (3, 4096)]):
-        _, y, g = random_case(plan.generator, m, n)
-        calls.append(_value_call(plan, f"row_sum_invariant/{index}", y, g, torch.float32, label=f"({m}, {n}) fp32"))
-
-    def evaluate(check: PlannedCheck, evidence: CheckEvidence) -> CheckOutcome:
-        # Exact sum for the fp32 y given: dot * (1 - sum(y)), ~0. Allowed: the sum of the
-        # per-element bounds of the row.
-        return evaluate_row_sums(check, evidence, tolerance=TOLERANCES[torch.float32], hint=HINTS[check.name],
-                                 suffix=hint_for(evidence, HINTS[check.name], HINT_REQUIRES[check.name]))
-
-    return PlannedCheck("row_sum_invariant", calls, evaluate)
-
-
-def _check_strided_inputs(plan: Plan, rows: int) -> PlannedCheck:
-    """y and g with their own row and column strides. The fp16 case uses rows with exactly
-    representable products (inputs.exact_case), as half_precision does, so that a kernel whose
-    half-precision arithmetic is wrong fails it by a wide margin, not by the luck of the draw
-    (its message then points at half_precision)."""
-    cases = [
-        ("transposed", "step", torch.float32, (rows, 300), False),
-        ("step", "transposed_step", torch.float32, (3, 1000), False),
-        ("transposed_step", "transposed", torch.float32, (rows + 1, 37), False),
-        ("transposed", "step", torch.float16, (rows, 4096), True),
-    ]
-    calls = []
-    for index, (y_layout, g_layout, dtype, (m, n), exact) in enumerate(cases):
-        if exact:
-            y, g = exact_case(plan.generator, m, n)
-        else:
-            _, y, g = random_case(plan.generator, m, n)
-        call = _value_call(plan, f"strided_inputs/{index}", y, g, dtype, y_layout=y_layout, g_layout=g_layout,
-                           label=f"({m}, {n}) {dtype_name(dtype)}, y {y_layout}, g {g_layout}"
-                                 + (", exactly representable products" if exact else ""))
-        call.label += f" (y strides {tuple(call.args[0].stride)}, g strides {tuple(call.args[1].stride)})"
-        calls.append(call)
-    return PlannedCheck("strided_inputs", calls, _values("strided_inputs"))
-
-
-def _check_output_contract(plan: Plan, rows: int) -> PlannedCheck:
-    """Contiguous, transposed and strided inputs, and (generic_checks.contract_cases) both
-    inputs transposed in every dtype: the output must be a fresh contiguous tensor whatever the
-    inputs' layout (torch.empty_like(y) keeps a transposed y's strides)."""
-    given = (
-        CaseSpec(dims={"M": 5, "N": 300}, dtype="float32"),
-        CaseSpec(dims={"M": 3, "N": 300}, dtype="float16"),
-        CaseSpec(dims={"M": rows, "N": 300}, dtype="float32", layouts={"y": "transposed", "g": "transposed"}),
-        CaseSpec(dims={"M": 3, "N": 1000}, dtype="float16", layouts={"y": "step", "g": "transposed_step"}),
+    Each case is there for a reason (spec.ROW_LENGTHS): odd lengths, one past a block, the
+    longest row; half precision on random rows and on exactly representable ones (where any
+    allowed arithmetic is exact up to the final rounding, so half-precision accumulation
+    shows); strided inputs with their own row and column strides (the fp16 case on exact rows,
+    so that a kernel whose half-precision arithmetic is wrong fails it by a wide margin)."""
+    rows = 4 if device == "cpu" else 64
+    half = tuple(spec for dtype in ("float16", "bfloat16") for spec in (
+        *(_case(m, n, dtype, key=f"{dtype}/{m}x{n}") for m, n in ((rows, 1000), (3, 4097), (4, LONG_ROW))),
+        *(_case(m, n, dtype, exact=True, key=f"{dtype}/exact/{m}x{n}") for m, n in ((rows, 4096), (1, LONG_ROW)))))
+    return (
+        ValueCheck("example_two_element", (CaseSpec(dims={"M": 1, "N": 2}, label="y=[0.25,0.75], g=[2,-1]"),),
+                   example=_example),
+        ValueCheck("autograd_fp32", tuple(_case(m, n) for m, n in
+                                          ((rows, 300), (3, 1000), (rows + 1, 1025), (2, 4096), (rows, 4097))),
+                   reference=_autograd),
+        ValueCheck("half_precision", half),
+        CentralDifference("central_difference", (_case(3, 37), _case(2, 300)), output="dx", variable="x",
+                          loss=_loss, points=4, h=CENTRAL_DIFFERENCE_H, atol=CENTRAL_DIFFERENCE_ATOL),
+        Invariant("row_sum_invariant", (_case(rows, 1025), _case(3, 4096)), output="dx", what="rows sum to ~0"),
+        ValueCheck("strided_inputs", (_case(rows, 300, y="transposed", g="step"),
+                                      _case(3, 1000, y="step", g="transposed_step"),
+                                      _case(rows + 1, 37, y="transposed_step", g="transposed"),
+                                      _case(rows, 4096, "float16", exact=True, y="transposed", g="step"))),
+        OutputContract("output_contract", (_case(5, 300, short=False), _case(3, 300, "float16"),
+                                           _case(rows, 300, y="transposed", g="transposed"),
+                                           _case(3, 1000, "float16", y="step", g="transposed_step"))),
+        RejectsMismatch("rejects_mismatch", {"M": 4, "N": 8}),
+        RejectsRequiresGrad("rejects_requires_grad", {"M": 3, "N": 16}),
+        ValueCheck("edge_shapes", tuple(_case(m, n) for m, n in
+                                        ((1, 1), (1, 1000), (7, 1), (3, 3), (2, 4097), (2, LONG_ROW)))),
+        FreshResults("fresh_results", _case(4, 1000)),
+        TritonKernel(),
+        CustomCheck("large_offsets", lambda plan, declared: _check_large_offsets(plan)),
     )
-    calls = []
-    for index, spec in enumerate(contract_cases(INPUTS, given)):
-        m, n = spec.dims["M"], spec.dims["N"]
-        y_layout, g_layout = spec.layouts.get("y", "contiguous"), spec.layouts.get("g", "contiguous")
-        dtype = getattr(torch, spec.dtype)
-        _, y, g = random_case(plan.generator, m, n)
-        label = f"({m}, {n}) {dtype_name(dtype)}" + ("" if y_layout == g_layout == "contiguous"
-                                                       else f", y {y_layout}, g {g_layout}")
-        call = _value_call(plan, f"output_contract/{index}", y, g, dtype, y_layout=y_layout, g_layout=g_layout,
-                           label=label)
-        call.save_inputs_after = True
-        calls.append(call)
-
-    def evaluate(check: PlannedCheck, evidence: CheckEvidence) -> CheckOutcome:
-        return evaluate_output_contract(check, evidence, hint=HINTS[check.name], device=plan.device)
-
-    return PlannedCheck("output_contract", calls, evaluate)
-
-
-def _expect_raise(call_id: str, label: str, y, g) -> PlannedCall:
-    return PlannedCall(id=call_id, args=[y, g], expect="raise", label=label)
-
-
-def _raises(name: str):
-    def evaluate(check: PlannedCheck, evidence: CheckEvidence) -> CheckOutcome:
-        return evaluate_raises(check, evidence, hint=HINTS[name])
-
-    return evaluate
-
-
-def _check_rejects_mismatch(plan: Plan) -> PlannedCheck:
-    bank = plan.bank
-    _, y, g = random_case(plan.generator, 4, 8)
-    _, _, g_wide = random_case(plan.generator, 4, 9)
-    y32 = bank.view(y, torch.float32)
-    other = bank.view(g, torch.float32)
-    other.device = "other"
-    calls = [
-        _expect_raise("rejects_mismatch/shape", "shape (4, 8) vs (4, 9)", y32, bank.view(g_wide, torch.float32)),
-        _expect_raise("rejects_mismatch/transposed_shape", "shape (4, 8) vs (8, 4)", y32,
-                      bank.view(g.t().contiguous(), torch.float32)),
-        _expect_raise("rejects_mismatch/dtype", "dtype float32 vs float16", y32, bank.view(g, torch.float16)),
-        _expect_raise("rejects_mismatch/device", "device mismatch (g on another device)", y32, other),
-    ]
-    return PlannedCheck("rejects_mismatch", calls, _raises("rejects_mismatch"))
-
-
-def _check_rejects_requires_grad(plan: Plan) -> PlannedCheck:
-    _, y, g = random_case(plan.generator, 3, 16)
-    y_grad = plan.bank.view(y, torch.float32)
-    y_grad.requires_grad = True
-    g_grad = plan.bank.view(g, torch.float32)
-    g_grad.requires_grad = True
-    calls = [
-        _expect_raise("rejects_requires_grad/y", "y.requires_grad=True", y_grad, plan.bank.view(g, torch.float32)),
-        _expect_raise("rejects_requires_grad/g", "g.requires_grad=True", plan.bank.view(y, torch.float32), g_grad),
-    ]
-    return PlannedCheck("rejects_requires_grad", calls, _raises("rejects_requires_grad"))
-
-
-def _check_edge_shapes(plan: Plan) -> PlannedCheck:
-    shapes = [(1, 1), (1, 1000), (7, 1), (3, 3), (2, 4097), (2, LONG_ROW)]
-    calls = []
-    for index, (m, n) in enumerate(shapes):
-        _, y, g = random_case(plan.generator, m, n)
-        calls.append(_value_call(plan, f"edge_shapes/{index}", y, g, torch.float32, label=f"({m}, {n}) fp32"))
-    return PlannedCheck("edge_shapes", calls, _values("edge_shapes"))
-
-
-def _check_fresh_results(plan: Plan) -> PlannedCheck:
-    m, n = 4, 1000
-    _, y, g = random_case(plan.generator, m, n)
-    call = _value_call(plan, "fresh_results/0", y, g, torch.float32, label=f"({m}, {n}) fp32, same buffers refilled")
-    for _ in range(2):
-        _, y_new, g_new = random_case(plan.generator, m, n)
-        y_name = plan.bank.add(y_new.to(torch.float32).contiguous().reshape(-1))
-        g_name = plan.bank.add(g_new.to(torch.float32).contiguous().reshape(-1))
-        call.refills.append({0: y_name, 1: g_name})
-        oracle, scale = vjp_fp64(y_new.to(torch.float32), g_new.to(torch.float32))
-        call.expected.append(oracle)
-        call.scale.append(scale)
-        call.slack.append(product_rounding_slack(y_new.to(torch.float32), g_new.to(torch.float32)))
-    return PlannedCheck("fresh_results", [call], _values("fresh_results"))
-
-
-def _check_triton_kernel(plan: Plan) -> PlannedCheck:
-    """Replays the recorded calls of the value checks that did not fail. A check that failed has
-    already shown the kernel's arithmetic wrong on those inputs; a kernel whose error is near
-    the tolerance (half precision done wrong) can then pass on one input and fail on the replay
-    input, which would blame the Triton launches for the arithmetic."""
-    def evaluate(check: PlannedCheck, evidence: CheckEvidence) -> CheckOutcome:
-        failed = {name for name, outcome in evidence.earlier.items() if not outcome.passed and not outcome.skipped}
-        recorded = [call for other in plan.checks if other.name not in failed
-                    for call in other.calls if call.record_launches]
-        return evaluate_triton_kernel(check, evidence, recorded=recorded, hint=HINTS[check.name])
-
-    return PlannedCheck("triton_kernel", [], evaluate)
 
 
 def _large_offsets_skip_reason(device: str) -> str | None:
@@ -492,8 +319,13 @@ def _evaluate_large_offsets(check: PlannedCheck, evidence: CheckEvidence) -> Che
                         message=f"{call.label}, row {first_row}: {first.describe()}.{finding}{hint}")
 
 
+DECLARED = Declared(inputs=INPUTS, outputs=OUTPUTS, make_case=make_case, oracle=oracle, checks=checks, hints=HINTS,
+                    hint_requires=HINT_REQUIRES, diagnose=lambda got, call, evidence: diagnose(got, call, evidence),
+                    replay_case=replay_case)
+
+
 def build_plan(*, seed: int, device: str) -> Plan:
-    """Every check's inputs and oracles for one grading run.
+    """Every check's inputs and oracles for one grading run (grader.generic_checks.build_plan).
 
     Args:
         seed: seeds the one torch.Generator all inputs come from (the service mixes a secret
@@ -504,23 +336,4 @@ def build_plan(*, seed: int, device: str) -> Plan:
     Returns:
         Plan whose checks appear in CHECK_NAMES order.
     """
-    plan = Plan(seed=seed, device=device)
-    rows = 4 if device == "cpu" else 64
-    plan.checks = [
-        _check_example_two_element(plan),
-        _check_autograd_fp32(plan, rows),
-        _check_half_precision(plan, rows),
-        _check_central_difference(plan),
-        _check_row_sum_invariant(plan, rows),
-        _check_strided_inputs(plan, rows),
-        _check_output_contract(plan, rows),
-        _check_rejects_mismatch(plan),
-        _check_rejects_requires_grad(plan),
-        _check_edge_shapes(plan),
-        _check_fresh_results(plan),
-        _check_triton_kernel(plan),
-        _check_large_offsets(plan),
-    ]
-    if tuple(c.name for c in plan.checks) != CHECK_NAMES:
-        raise RuntimeError("softmax_backward: the plan's checks are out of step with CHECK_NAMES")
-    return plan
+    return build_declared_plan(DECLARED, seed=seed, device=device, check_names=CHECK_NAMES)

@@ -117,5 +117,8 @@ def layernorm_backward(dy, x, w, mean, rstd):
                                    dy.stride(1), dx.stride(0), w.stride(0), mean.stride(0), rstd.stride(0), N,
                                    GROUP_SIZE_M=GROUP_SIZE_M, BLOCK_SIZE_N=BLOCK_SIZE_N, num_warps=num_warps)
     grid = lambda meta: (triton.cdiv(N, meta['BLOCK_SIZE_N']),)  # noqa: E731
-    _layer_norm_bwd_dwdb[grid](_dw, _db, dw, db, min(GROUP_SIZE_M, M), N, BLOCK_SIZE_M=32, BLOCK_SIZE_N=128)
+    # the tutorial's 128 columns per program; wider under the CPU interpreter, where every
+    # program costs a NumPy call per block
+    cols = 128 if x.is_cuda else 2048
+    _layer_norm_bwd_dwdb[grid](_dw, _db, dw, db, min(GROUP_SIZE_M, M), N, BLOCK_SIZE_M=32, BLOCK_SIZE_N=cols)
     return dx, dw, db

@@ -9,7 +9,7 @@ import triton.language as tl
 
 
 @triton.jit
-def _row_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, acc_dw_ptr, acc_db_ptr, N,
+def _row_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, N,
                 sdym, sdyn, sxm, sxn, sw, smean, srstd, sdxm, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     mean = tl.load(mean_ptr + row * smean)
@@ -36,16 +36,6 @@ def _row_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, acc_dw_ptr, ac
         xhat = tl.where(m, (x - mean) * rstd, 0.0)
         dx = (w * dy - (xhat * c1 + c2)) * rstd
         tl.store(dx_ptr + row * sdxm + cols, dx.to(dx_ptr.dtype.element_ty), mask=m)
-        tl.atomic_add(acc_dw_ptr + cols, dy * xhat, mask=m)
-        tl.atomic_add(acc_db_ptr + cols, dy, mask=m)
-
-
-@triton.jit
-def _cast_kernel(src_dw, src_db, dw_ptr, db_ptr, N, BLOCK: tl.constexpr):
-    cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m = cols < N
-    tl.store(dw_ptr + cols, tl.load(src_dw + cols, mask=m).to(dw_ptr.dtype.element_ty), mask=m)
-    tl.store(db_ptr + cols, tl.load(src_db + cols, mask=m).to(db_ptr.dtype.element_ty), mask=m)
 
 
 def layernorm_backward(dy, x, w, mean, rstd):
@@ -62,14 +52,11 @@ def layernorm_backward(dy, x, w, mean, rstd):
         raise ValueError("no requires_grad")
     M, N = x.shape
     dx = torch.empty((M, N), dtype=x.dtype, device=x.device)
-    acc_dw = torch.zeros((N,), dtype=torch.float32, device=x.device)
-    acc_db = torch.zeros((N,), dtype=torch.float32, device=x.device)
     BLOCK = min(triton.next_power_of_2(N), 2048)
-    _row_kernel[(M,)](dy, x, w, mean, rstd, dx, acc_dw, acc_db, N, dy.stride(0), dy.stride(1), x.stride(0),
+    _row_kernel[(M,)](dy, x, w, mean, rstd, dx, N, dy.stride(0), dy.stride(1), x.stride(0),
                       x.stride(1), w.stride(0), mean.stride(0), rstd.stride(0), dx.stride(0), BLOCK=BLOCK)
     dw = torch.empty((N,), dtype=x.dtype, device=x.device)
     db = torch.empty((N,), dtype=x.dtype, device=x.device)
-    _cast_kernel[(triton.cdiv(N, 1024),)](acc_dw, acc_db, dw, db, N, BLOCK=1024)
     xhat = (x.float() - mean[:, None]) * rstd[:, None]
     dw.copy_((dy.float() * xhat).sum(0))
     db.copy_(dy.float().sum(0))
