@@ -8,7 +8,8 @@ sandbox. What it runs of the submission is GPU code: the cubins the parent check
 recording (sha256), loaded and launched through the CUDA driver (cuda_driver.py), never through
 code generated from a recording.
 
-Two phases, from ``replay_plan.json`` (written by the parent from a validated recording):
+Two phases, from ``replay_plan.json`` (``protocol.ReplayPlan``, written by the parent from a
+validated recording) and ``benchmark_plan.json`` (``protocol.BenchmarkPlan``):
 
 1. ``check_calls``: each recorded check call is replayed once on the replay inputs the parent
    wrote (``replay_inputs.safetensors``, keys ``<call id>|<buffer>``), with fresh output and
@@ -35,8 +36,8 @@ phase 2 before it has evaluated the checks (their oracles take it 0.6-1.0 s on t
 host) and puts ``stop_benchmark`` in the folder when a check failed: the rows not started yet
 are then skipped (``benchmark_stopped`` in the result).
 
-Results: ``replay_result.json`` (rewritten after each phase and row; ``phase`` says which phase
-finished last). A CUDA error poisons the process: what follows is skipped and reported as such.
+Results: ``replay_result.json`` (``protocol.ReplayResult``, rewritten after each phase and row;
+``phase`` says which phase finished last). A CUDA error poisons the process: what follows is skipped and reported as such.
 """
 
 from __future__ import annotations
