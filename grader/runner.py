@@ -409,13 +409,18 @@ def _child_phases(outcome: ChildOutcome) -> dict[str, float]:
 
 
 def _first_input(plan: Plan) -> str | None:
-    """The main child's first call's input in words for a message: ``a 1x2 input`` (the shape
-    of its output, which is that of its inputs), or None when the plan has no such call."""
+    """The main child's first call's input in words for a message: ``a 1x2 input`` when its
+    tensor arguments share one shape (softmax's y and g), else each shape (``inputs 1x2, 2x3
+    and 3``: a GEMM's A, B, bias), or None when the plan has no such call."""
     steps = plan.steps(isolated=False)
     call = steps[0].calls[0] if steps and steps[0].calls else None
-    if call is None or not call.expected:
+    shapes = ["x".join(str(n) for n in arg.size) or "scalar" for arg in (call.args if call is not None else [])
+              if getattr(arg, "kind", "") == "tensor"]
+    if not shapes:
         return None
-    return f"a {'x'.join(str(n) for n in call.expected[0].shape)} input"
+    if len(set(shapes)) == 1:
+        return f"a {shapes[0]} input"
+    return f"inputs {', '.join(shapes[:-1])} and {shapes[-1]}"
 
 
 def _run_isolated(plan: Plan, assignment: Assignment, source: str, evidence: CheckEvidence, finished: set[str], *,
