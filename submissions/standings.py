@@ -14,7 +14,8 @@ Two phases per assignment:
   reason.
 
 Every enrolled student has a row; those without a rank say why: ``late``, ``disqualified``,
-no passing submission, no submission, or the final run's reason. Grades
+no passing submission, no submission, the final run's reason, or a timing taken on another GPU
+model than the one the board ranks (``board_gpu``: the model most rows were timed on). Grades
 (submissions/scoring.py): correctness from the submission's current grading, speed from
 the ranked number; late and disqualified work is graded 0 with what it earned beside it.
 """
@@ -187,6 +188,34 @@ def _unranked(student: _Student, student_name: str, student_id: int,
         counts=student.counts)
 
 
+def board_gpu(rows: list[tuple[tuple, Standing]]) -> str | None:
+    """The GPU model whose timings a board ranks: the device of most benchmarked rows (ties:
+    the first by name), or None when no row has a headline. Speedups are ratios to a baseline
+    timed on the same GPU, but the ratio itself depends on the model (bandwidth, clocks,
+    caches), so a board ranks one model's timings only."""
+    counts: dict[str, int] = {}
+    for _key, standing in rows:
+        if standing.headline_speedup is not None and standing.device:
+            counts[standing.device] = counts.get(standing.device, 0) + 1
+    return min(counts, key=lambda device: (-counts[device], device)) if counts else None
+
+
+def _on_one_gpu(rows: list[tuple[tuple, Standing]]) -> tuple[list[tuple[tuple, Standing]], list[Standing]]:
+    """``rows`` split into those ranked on the board's GPU model (``board_gpu``; rows without
+    a headline stay) and those timed on another model, unranked with the reason."""
+    gpu = board_gpu(rows)
+    kept: list[tuple[tuple, Standing]] = []
+    moved: list[Standing] = []
+    for key, standing in rows:
+        if standing.headline_speedup is not None and gpu is not None and standing.device != gpu:
+            moved.append(Standing(**{**standing.__dict__, "rank": None, "status": UNRANKED,
+                                     "reason": f"timed on {standing.device}; this board ranks timings on {gpu} "
+                                               "only (speedups on different GPU models are not comparable)"}))
+        else:
+            kept.append((key, standing))
+    return kept, moved
+
+
 def _ranked(rows: list[tuple[tuple, Standing]]) -> list[Standing]:
     rows.sort(key=lambda pair: pair[0])
     ranks = _tied_ranks([key[:2] for key, _ in rows])
@@ -224,8 +253,9 @@ def board(session: Session, *, assignment: str, now: dt.datetime) -> Board:
                 headline_speedup=best.headline_speedup, device=best.device,
                 submitted_at=best.submitted_at, reason=None,
                 grade=rules.grade_of_verdict(best), counts=student.counts)))
+        ranked, other_gpus = _on_one_gpu(ranked)
         return Board(assignment=row, rules=rules, phase=PROVISIONAL, final_run=None,
-                     standings=_ranked(ranked) + _unranked_order(unranked))
+                     standings=_ranked(ranked) + _unranked_order(unranked + other_gpus))
 
     by_submission = {v.submission_id: v for v in verdicts}
     in_run: set[int] = set()
@@ -272,8 +302,9 @@ def board(session: Session, *, assignment: str, now: dt.datetime) -> Board:
                 grade=rules.grade_of_verdict(student.eligible, passed=True, headline=None)))
         else:
             unranked.append(_unranked(student, students[sid], sid, rules))
+    ranked, other_gpus = _on_one_gpu(ranked)
     return Board(assignment=row, rules=rules, phase=FINAL, final_run=run,
-                 standings=_ranked(ranked) + _unranked_order(unranked))
+                 standings=_ranked(ranked) + _unranked_order(unranked + other_gpus))
 
 
 def _unranked_order(rows: list[Standing]) -> list[Standing]:

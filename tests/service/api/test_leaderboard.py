@@ -4,6 +4,7 @@ headline speedup; anonymised for students; CSV export."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 
 from ..helpers import bearer, create_student, grade_next, instructor_headers, kernel_source, make_outcome, upload
@@ -54,6 +55,22 @@ def test_a_board_without_benchmarks_ranks_every_pass_first(client, db_session) -
     # A student sees the tie, and not the others' unranked rows.
     rows = client.get("/api/v1/leaderboard", headers=bearer(tokens["bob"])).json()["rows"]
     assert [(r["rank"], r["is_you"]) for r in rows] == [(1, False), (1, True), (1, False)]
+
+
+def test_a_board_ranks_the_timings_of_one_gpu_model(client, db_session) -> None:
+    """Two workers of different GPU models: the board ranks the model most rows were timed on
+    and lists the other's rows unranked with the reason (their speedups are not comparable)."""
+    tokens = {name: create_student(client, name)[1] for name in ["ada", "bob", "cy"]}
+    for name, speedup, device in (("ada", 2.0, "NVIDIA H200"), ("bob", 9.0, "NVIDIA A100-SXM4-80GB"),
+                                  ("cy", 1.5, "NVIDIA H200")):
+        outcome = dataclasses.replace(make_outcome(speedup=speedup), device=device)
+        _submit_and_grade(client, db_session, tokens[name], outcome)
+    board = client.get("/api/v1/leaderboard", headers=instructor_headers()).json()
+    assert [(r["rank"], r["student_name"], r["headline_speedup"]) for r in board["rows"][:2]] == [
+        (1, "ada", 2.0), (2, "cy", 1.5)]
+    (bob,) = [r for r in board["rows"] if r["student_name"] == "bob"]
+    assert bob["rank"] is None and bob["reason"].startswith("timed on NVIDIA A100-SXM4-80GB; this board ranks "
+                                                             "timings on NVIDIA H200 only")
 
 
 def test_students_see_an_anonymised_board_with_their_row_marked(client, db_session) -> None:
