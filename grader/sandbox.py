@@ -1042,7 +1042,10 @@ def run_sandboxed(
         running = {"line": progress_lines.last, "wall_s": round(ended - since, 3),
                    "cpu_s": round(cpu_clock.samples[-1][1] - cpu_clock.at(since), 3) if cpu_clock is not None else None}
     cpu_s = cpu_clock.used_s() if cpu_clock is not None else None
-    load = machine_load(cpu_clock.samples[-1][1] if cpu_clock is not None else None, duration)
+    # The share of a core over the time the child worked (a child started ahead waited for its job).
+    waited_for_work = idle_s(ended) if idle_s is not None else 0.0
+    load = machine_load(cpu_clock.samples[-1][1] - cpu_clock.base() if cpu_clock is not None else None,
+                        max(duration - waited_for_work, 1e-3))
     compile_s = progress_lines.compile_seconds() if progress_lines is not None else 0.0
     compile_excluded = clock.excluded_s(time.monotonic()) - (cpu_clock.waited_s if cpu_clock is not None else 0.0)
     oom = cgroup.oom_killed() if cgroup is not None else False
