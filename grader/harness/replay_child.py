@@ -8,23 +8,26 @@ sandbox. What it runs of the submission is GPU code: the cubins the parent check
 recording (sha256), loaded and launched through the CUDA driver (cuda_driver.py), never through
 code generated from a recording.
 
-Two phases, from ``replay_plan.json`` (written by the parent from a validated recording):
+Two phases, from ``replay_plan.json`` (``protocol.ReplayPlan``, written by the parent from a
+validated recording) and ``benchmark_plan.json`` (``protocol.BenchmarkPlan``):
 
 1. ``check_calls``: each recorded check call is replayed once on the replay inputs the parent
    wrote (``replay_inputs.safetensors``, keys ``<call id>|<buffer>``), with fresh output and
    scratch buffers (NaN bytes, or the value the wrapper filled them with). The output views go
-   to ``replay_outputs.safetensors`` (key: call id); the parent compares them with the oracle.
+   to ``replay_outputs.safetensors`` (key: call id; ``<call id>:out<k>`` for output k >= 1 of a
+   tuple); the parent compares them with the oracle.
 2. ``benchmark`` (only when the parent asks): each row's recorded call is timed (timing.py's
    event and graph methods, L2 flush before every call) on K buffer sets made by bench.py's
    ``make_inputs``. Every set holds values drawn by bench.py's ``refill_inputs`` from a seed
-   this process keeps to itself. After every timed call (untimed) the output is verified on
-   rows drawn at random after the call, against the fp64 oracle
-   (``assignment_oracle.benchmark_oracle``) of the inputs regenerated from that seed into new
-   buffers, which the kernel never had the address of: a kernel that rewrites its inputs so
-   that its output looks right for them (zeros in, zeros out) is caught, and the verified rows
-   of the inputs themselves must be unchanged. Then the set gets new values from a new seed:
-   no two timed calls see the same inputs. The raw samples go to the parent, which computes the
-   statistics.
+   this process keeps to itself. After every timed call (untimed) every output is verified on
+   the elements the row's ``TimedVerification`` selects (the assignment's declared axes, with
+   indices drawn at random after the call) under the checks' own ``Tolerance.allowed``, slack
+   included, against the fp64 oracle (``assignment_oracle.benchmark_oracle``) of the inputs
+   regenerated from that seed into new buffers, which the kernel never had the address of: a
+   kernel that rewrites its inputs so that its output looks right for them (zeros in, zeros
+   out) is caught, and the selected elements of the inputs themselves must be unchanged. Then
+   the set gets new values from a new seed: no two timed calls see the same inputs. The raw
+   samples go to the parent, which computes the statistics.
 
 The parent starts this process before the correctness child runs (its start-up, torch and the
 CUDA context, then overlaps the child's) and feeds it through files in its work folder, each
@@ -35,8 +38,8 @@ phase 2 before it has evaluated the checks (their oracles take it 0.6-1.0 s on t
 host) and puts ``stop_benchmark`` in the folder when a check failed: the rows not started yet
 are then skipped (``benchmark_stopped`` in the result).
 
-Results: ``replay_result.json`` (rewritten after each phase and row; ``phase`` says which phase
-finished last). A CUDA error poisons the process: what follows is skipped and reported as such.
+Results: ``replay_result.json`` (``protocol.ReplayResult``, rewritten after each phase and row;
+``phase`` says which phase finished last). A CUDA error poisons the process: what follows is skipped and reported as such.
 """
 
 from __future__ import annotations
