@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from grading_support import (
     TESTS_DIR,
+    check,
     expected_failed_from_docstring,
     failed_checks,
     passed_checks,
@@ -34,6 +35,17 @@ NAMES = ("gemm_epilogue", "layernorm_backward")
 STYLES = {
     "gemm_epilogue": {"tutorial_grouped.py", "block_pointers.py", "split_k_two_kernels.py"},
     "layernorm_backward": {"tutorial_locks.py", "atomics.py", "column_pass.py"},
+}
+
+#: The sentence a failing value check adds when the output matches a common mistake:
+#: (assignment, file) -> (check, fragment).
+DIAGNOSES = {
+    ("gemm_epilogue", "gelu_erf.py"): ("example_small", "the erf GELU"),
+    ("gemm_epilogue", "gelu_before_bias.py"): ("example_small", "the bias was added after GELU"),
+    ("gemm_epilogue", "bias_on_rows.py"): ("example_small", "the bias added along rows"),
+    ("layernorm_backward", "missing_xhat_term.py"): ("autograd_fp32", "the xhat * c1 term of dx is missing"),
+    ("layernorm_backward", "missing_mean_term.py"): ("autograd_fp32", "the c2 = mean_j(w*dy) term of dx is missing"),
+    ("layernorm_backward", "divides_by_rstd.py"): ("autograd_fp32", "rstd was used as the standard deviation"),
 }
 
 
@@ -105,3 +117,10 @@ def test_wrong_files_fail_exactly_the_expected_checks(name, path, graded):
     assert failed_checks(document) == expected, summary(document)
     assert skipped_checks(document) <= _allowed_skips(name), summary(document)
     assert document["verdict"] == "failed"
+
+
+@pytest.mark.parametrize("name, file", sorted(DIAGNOSES), ids=[f"{n}/{f}" for n, f in sorted(DIAGNOSES)])
+def test_a_value_failure_names_the_mistake(name, file, graded):
+    check_name, fragment = DIAGNOSES[(name, file)]
+    document = graded.result(_key(name, TESTS_DIR / "corpus" / name / "wrong" / file))
+    assert fragment in check(document, check_name)["message"], summary(document)

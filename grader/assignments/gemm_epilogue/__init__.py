@@ -11,9 +11,9 @@ import torch
 
 from grader.assignments.gemm_epilogue import bench, spec
 from grader.assignments.gemm_epilogue.inputs import make_case
-from grader.assignments.gemm_epilogue.oracle import benchmark_oracle, gemm_gelu_fp64
+from grader.assignments.gemm_epilogue.oracle import benchmark_oracle, gelu_tanh, gemm_gelu_fp64
 from grader.assignments.protocol import BenchmarkSpec, Declared, Floor, OutputOracle, TimedSelection
-from grader.checks import Tolerance
+from grader.checks import Tolerance, compare
 from grader.generic_checks import build_plan
 from grader.manifest import get_manifest
 
@@ -27,6 +27,30 @@ def placed_oracle(values: Mapping) -> dict[str, OutputOracle]:
     return {"out": OutputOracle(*gemm_gelu_fp64(a, values["b"], values["bias"], spec.INTERMEDIATE_ROUNDING[name]))}
 
 
+def diagnose(out: torch.Tensor, call, evidence) -> str:
+    """Name the common mistake ``out`` matches (a hint, never a verdict): the erf GELU, the bias
+    after GELU or missing, the bias along rows, no GELU; each within the call's own bound."""
+    placed = call.extra.get("placed")
+    if not placed or out.dim() != 2:
+        return ""
+    a, b, bias = (placed[k].double() for k in ("a", "b", "bias"))
+    acc, expectation = a @ b, call.expectations(0)[0]
+    z = acc + bias
+    candidates = {
+        "the erf GELU (F.gelu's default), not the tanh approximation": 0.5 * z * (1 + torch.erf(z / 2**0.5)),
+        "gelu(a @ b) + bias: the bias was added after GELU": gelu_tanh(acc) + bias,
+        "gelu(a @ b): the bias is missing": gelu_tanh(acc),
+        "a @ b + bias: GELU is missing": z,
+    }
+    if a.shape[0] <= b.shape[1]:
+        candidates["the bias added along rows (bias[row]) instead of columns"] = gelu_tanh(acc + bias[:a.shape[0], None])
+    for words, candidate in candidates.items():
+        if out.shape == candidate.shape and compare(out, candidate, expectation.scale, expectation.tolerance,
+                                                    expectation.slack).passed:
+            return f" Your output matches {words}."
+    return ""
+
+
 def _floor_bytes(shape: tuple[int, ...], dtype: str) -> dict[str, int]:
     """a, b, bias read once and out written once; a GEMM re-reads tiles from L2, not DRAM, so
     the two-pass figure is the same."""
@@ -35,7 +59,7 @@ def _floor_bytes(shape: tuple[int, ...], dtype: str) -> dict[str, int]:
 
 
 DECLARED = Declared(inputs=spec.INPUTS, outputs=spec.OUTPUTS, make_case=make_case, oracle=placed_oracle, checks=spec.checks,
-                    hints=spec.HINTS, hint_requires=spec.HINT_REQUIRES)
+                    hints=spec.HINTS, hint_requires=spec.HINT_REQUIRES, diagnose=diagnose)
 
 
 class GemmEpilogue:

@@ -14,7 +14,7 @@ from grader.assignments.layernorm_backward import spec
 from grader.assignments.layernorm_backward.inputs import make_case
 from grader.assignments.layernorm_backward.oracle import benchmark_oracle, layernorm_backward_fp64
 from grader.assignments.protocol import BenchmarkSpec, Declared, Floor, OutputOracle, TimedSelection
-from grader.checks import Tolerance
+from grader.checks import Tolerance, compare
 from grader.generic_checks import build_plan
 from grader.manifest import get_manifest
 
@@ -28,6 +28,30 @@ def placed_oracle(values: Mapping) -> dict[str, OutputOracle]:
     return {name: OutputOracle(expected, scale) for name, (expected, scale) in result.items()}
 
 
+def diagnose(out: torch.Tensor, call, evidence) -> str:
+    """Name the common mistake dx (``out``) matches (a hint, never a verdict): a term of dx
+    left out, or rstd used as the standard deviation; each within the call's own bound."""
+    placed = call.extra.get("placed")
+    if not placed or out.dim() != 2:
+        return ""
+    dy, x, w, mean, rstd = (placed[k].double() for k in ("dy", "x", "w", "mean", "rstd"))
+    mean, rstd, expectation = mean[:, None], rstd[:, None], call.expectations(0)[0]
+    candidates = {}
+    for words, xhat, scale in (("", (x - mean) * rstd, rstd), (" with xhat = (x - mean) / rstd", (x - mean) / rstd,
+                                                                 1 / rstd)):
+        wdy = w * dy
+        c1, c2 = (xhat * wdy).mean(-1, keepdim=True), wdy.mean(-1, keepdim=True)
+        if words:
+            candidates["dx" + words + ": rstd was used as the standard deviation"] = (wdy - xhat * c1 - c2) * scale
+        else:
+            candidates["(w*dy - c2) * rstd: the xhat * c1 term of dx is missing"] = (wdy - c2) * scale
+            candidates["(w*dy - xhat*c1) * rstd: the c2 = mean_j(w*dy) term of dx is missing"] = (wdy - xhat * c1) * scale
+    for words, candidate in candidates.items():
+        if out.shape == candidate.shape and compare(out, candidate, expectation.scale, expectation.tolerance).passed:
+            return f" Your dx matches {words}."
+    return ""
+
+
 def floor_bytes(shape: tuple[int, ...], dtype: str) -> dict[str, int]:
     """x and dy read, dx written (3 accesses per element of x), w read and dw, db written (N
     each), mean and rstd read (fp32); a kernel that cannot keep a row on chip reads x and dy
@@ -39,7 +63,7 @@ def floor_bytes(shape: tuple[int, ...], dtype: str) -> dict[str, int]:
 
 
 DECLARED = Declared(inputs=spec.INPUTS, outputs=spec.OUTPUTS, make_case=make_case, oracle=placed_oracle, checks=spec.checks,
-                    hints=spec.HINTS, hint_requires=spec.HINT_REQUIRES)
+                    hints=spec.HINTS, hint_requires=spec.HINT_REQUIRES, diagnose=diagnose)
 
 
 class LayernormBackward:
