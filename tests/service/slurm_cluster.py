@@ -18,7 +18,8 @@ from pathlib import Path
 PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo")
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on now."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -61,7 +62,7 @@ class SlurmCluster:
         key = self.root / "munge.key"
         key.write_bytes(os.urandom(1024))
         key.chmod(0o600)
-        controller_port, node_port = _free_port(), _free_port()
+        controller_port, node_port = free_port(), free_port()
         self.conf.write_text(f"""ClusterName=gradertest{os.getpid()}
 SlurmctldHost={self.node}(127.0.0.1)
 SlurmctldPort={controller_port}

@@ -22,7 +22,7 @@ import pytest
 from submissions.fleet.slurm import jobs_to_submit
 
 from ..helpers import FAKE_GRADER, INSTRUCTOR_TOKEN, kernel_source, wait_until
-from ..slurm_cluster import SlurmCluster, missing_programs
+from ..slurm_cluster import SlurmCluster, free_port, missing_programs
 
 REPOSITORY_ROOT = Path(__file__).resolve().parents[3]
 MAX_JOBS = 2
@@ -40,14 +40,6 @@ def test_jobs_to_submit_fills_up_to_the_maximum_and_counts_idle_workers() -> Non
     # Never past the maximum, never negative.
     assert jobs_to_submit(queue_depth=50, pending=3, running=5, busy=5, max_jobs=8) == 0
     assert jobs_to_submit(queue_depth=0, pending=2, running=0, busy=0, max_jobs=8) == 0
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture
@@ -81,7 +73,7 @@ def test_fleet_submits_jobs_up_to_the_maximum_grades_every_upload_and_reruns_a_c
         "GRADER_WORKER_SPOOL_DIR": str(tmp_path / "spool"),
         "GRADER_LEASE_S": "20",
     })
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     serve_log = (tmp_path / "serve.log").open("wb")
     serve = subprocess.Popen([sys.executable, "-m", "grader", "serve", "--port", str(port), "--workers-embedded", "0"],
