@@ -213,7 +213,10 @@ class PlannedCall:
                 for k, out in enumerate(self.outputs)]
 
     def replay_expectations(self) -> list[OutputExpectation]:
-        """Every output of the replayed launches with its oracle (``replay_expected``...)."""
+        """Every output of the replayed launches with its oracle (``replay_expected``...); empty
+        for a call that is not replayed."""
+        if self.replay_expected is None:
+            return []
         if not self.outputs:
             return [OutputExpectation(0, "out", self.replay_expected, self.replay_scale, self.replay_slack,
                                       self.tolerance, self.out_dtype)]

@@ -102,7 +102,8 @@ def _evidence(plan, mistake=None):
                                     replay=ReplayReport(status="replayed", launches=1))
                 bases = {spec.base: plan.bank.bases[spec.base].clone() for spec in call.tensors()}
                 calls[round_id] = CallEvidence(report=report, out=outs[0], more_outs=outs[1:], bases_after=bases,
-                                               replay_out=replayed[0], more_replay_outs=replayed[1:])
+                                               replay_out=replayed[0] if replayed else None,
+                                               more_replay_outs=replayed[1:])
     return calls
 
 

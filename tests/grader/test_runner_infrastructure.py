@@ -117,9 +117,8 @@ def test_wall_clock_leaves_out_the_parents_idle_time():
 def test_replay_process_idle_time_is_its_waits_for_plans_capped(tmp_path):
     """The replay process's clock leaves out its wait for phase 1 and, once phase 1 is done,
     its wait for phase 2; never its own work, and never more than max_idle_s."""
-    import json
-
     from grader.assignments import get_assignment
+    from grader.harness.protocol import BenchmarkPlan, ReplayResult, TimingOptions
     from grader.manifest import DEFAULT_ASSIGNMENT
     from grader.replay import ReplayProcess
 
@@ -132,10 +131,10 @@ def test_replay_process_idle_time_is_its_waits_for_plans_capped(tmp_path):
         process._checks_sent = start + 7.0
         assert process.idle_s(start + 20.0) == pytest.approx(7.0)  # phase 1 running: its own work
         result = process.workdir / "replay_result.json"
-        result.write_text(json.dumps({"phase": "checks"}))
+        result.write_text(ReplayResult(phase="checks").model_dump_json())
         os.utime(result, (time.time() - 4.0, time.time() - 4.0))  # phase 1 ended 4 s ago
         assert process.idle_s(start + 20.0) == pytest.approx(11.0, abs=0.5)
-        process.send_benchmark({"rows": []})
+        process.send_benchmark(BenchmarkPlan(rows=[], options=TimingOptions()))
         idle = process.idle_s(start + 90.0)
         assert idle == pytest.approx(11.0, abs=0.5), "phase 2 is the process's own work"
     finally:
