@@ -1,7 +1,9 @@
 """Benchmark charts, drawn on the server as SVG (no chart library, no script): one chart per
 benchmark row (shape and dtype) of the stored benchmark JSON, comparing the time per call of
 the student's kernel with the named baseline, aten and the other peers, and the row's
-bandwidth floor, each under CUDA-graph timing (the ranked method, docs/benchmarks.md).
+bandwidth floor, each under CUDA-graph timing (the ranked method, docs/benchmarks.md); and one
+roofline-style chart of every row's fraction of its floor (``speed_chart``, from
+grader.speed's RowSpeed: the same numbers the speed table and ``grader check`` show).
 
 Read from ``benchmark.rows[]``: ``id``, ``impls[<name>].graph.median_s``, ``floor_s_min``
 (``floor_s_3_access`` in documents of benchmark schema 1), ``scope``, ``flags``,
@@ -15,6 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from grader.speed import RowSpeed, format_fraction, format_rate
 
 STUDENT = "student"
 
@@ -158,3 +162,72 @@ def _chart(row: dict[str, Any], baseline: str | None) -> Chart:
         flags=[str(f) for f in flags],
         speedup=_positive(speedup.get("graph")) if isinstance(speedup, dict) else None,
         baseline=baseline)
+
+
+#: Geometry of the roofline-style chart (SVG user units): row labels, bars, value texts.
+SPEED_LABEL_W = 170
+SPEED_VALUE_W = 200
+
+
+@dataclass(frozen=True)
+class SpeedBar:
+    """One row of the roofline-style chart: the student's fraction of the row's floor."""
+
+    row: str
+    fraction: float | None
+    text: str  # "63% · 2660 GB/s", or why there is no bar
+    y: float
+    width: float
+    furthest: bool  # named in the summary as furthest from the floor
+
+
+@dataclass(frozen=True)
+class SpeedChart:
+    """Every row's fraction of its floor (1 = the floor: the hardware's measured ceiling)."""
+
+    bars: list[SpeedBar]
+    ticks: list[tuple[float, str]]
+    floor_x: float
+    height: float
+    width: int = WIDTH
+    label_w: int = SPEED_LABEL_W
+
+    @property
+    def summary(self) -> str:
+        """The chart in words (the SVG's accessible name)."""
+        parts = [f"{bar.row}: {bar.text}" for bar in self.bars]
+        return "Fraction of the floor per row (higher is better, 100% is the floor): " + "; ".join(parts)
+
+
+def speed_chart(speeds: list[RowSpeed], furthest: list[RowSpeed] | None = None) -> SpeedChart | None:
+    """The roofline-style chart of `speeds` (grader.speed.row_speeds): per row a bar of the
+    student's fraction of the floor against a line at 100%, labelled with the achieved rate;
+    rows in `furthest` are marked. None when no row has a fraction."""
+    fractions = [s.fraction_of_floor for s in speeds if s.fraction_of_floor is not None]
+    if not fractions:
+        return None
+    named = {s.row for s in furthest or []}
+    # The axis covers the floor and any row past it (a time under the floor is flagged,
+    # grader/benchmark/score.py, but still drawn as measured), in steps of 25%.
+    scale_max = max(1.0, math.ceil(max(fractions) * 4) / 4)
+    plot_w = WIDTH - SPEED_LABEL_W - SPEED_VALUE_W
+    bars = []
+    for index, speed in enumerate(speeds):
+        y = TOP + BAR_H + index * (BAR_H + GAP)  # the first BAR_H holds the floor's label
+        fraction = speed.fraction_of_floor
+        if fraction is None:
+            text = speed.missing or "not timed"
+            if speed.student_s is not None:
+                text = f"{format_rate(speed)}; {text}"
+            width = 0.0
+        else:
+            text = f"{format_fraction(fraction)} · {format_rate(speed)}"
+            width = max(plot_w * fraction / scale_max, 1.0)
+        if not speed.ranked:
+            text += " (not ranked)"
+        bars.append(SpeedBar(row=speed.row, fraction=fraction, text=text, y=y, width=width,
+                             furthest=speed.row in named))
+    height = TOP + BAR_H + len(bars) * (BAR_H + GAP) + AXIS_H
+    steps = int(round(scale_max / 0.25))
+    ticks = [(SPEED_LABEL_W + plot_w * (i * 0.25) / scale_max, f"{i * 25}%") for i in range(steps + 1)]
+    return SpeedChart(bars=bars, ticks=ticks, floor_x=SPEED_LABEL_W + plot_w / scale_max, height=height)
