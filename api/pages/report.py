@@ -96,6 +96,7 @@ class Report:
     #: Each benchmark row's speed against its floor (grader.speed.row_speeds), in row order.
     speeds: list[RowSpeed] = field(default_factory=list)
     speed_chart: SpeedChart | None = None
+    speed_chart_compact: SpeedChart | None = None  # the same for phones
 
 
 def _fmt(value: float | None) -> str:
@@ -208,6 +209,7 @@ def build_report(submission: SubmissionRead) -> Report:
         summary_url=check_url(result.assignment, summary.check) if summary.check else None,
         tolerances=list(notes.values()),
         speeds=speeds, speed_chart=speed_chart(speeds, summary.furthest_from_floor),
+        speed_chart_compact=speed_chart(speeds, summary.furthest_from_floor, compact=True),
     )
 
 

@@ -60,12 +60,14 @@ def test_the_report_shows_every_rows_rate_and_fraction_of_the_floor(client: Test
     assert named == [("256x131072/float32", "63%", "2660 GB/s"), ("256x131072/bfloat16", "63%", "2684 GB/s"),
                      ("256x131072/float16", "64%", "2703 GB/s")]
 
-    chart = re.search(r'<svg class="bars speed"[^>]*aria-label="([^"]*)"(.*?)</svg>', page, re.S)
+    chart = re.search(r'<svg class="bars speed wide-only"[^>]*aria-label="([^"]*)"(.*?)</svg>', page, re.S)
     label = html.unescape(chart.group(1))
     assert label.startswith("Fraction of the floor per row (higher is better, 100% is the floor): "
                             "65536x256/float32: 96% · 4082 GB/s;")
     assert chart.group(2).count('class="bar bar-student') == 12
     assert chart.group(2).count("bar-furthest") == 3
+    phone = re.search(r'<svg class="bars speed narrow-only"[^>]*aria-label="([^"]*)"', page, re.S)
+    assert html.unescape(phone.group(1)) == label  # the phone's layout says the same
 
 
 def test_a_cpu_grading_has_no_speed_section(client: TestClient, db_session: Any) -> None:
