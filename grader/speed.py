@@ -145,9 +145,9 @@ def furthest_from_floor(speeds: list[RowSpeed], count: int = FURTHEST_ROWS) -> l
     return sorted(below, key=lambda s: s.fraction_of_floor)[:count]
 
 
-def format_rate(speed: RowSpeed) -> str:
+def format_rate(speed: RowSpeed, none: str = "-") -> str:
     """The achieved rate in words: ``4082 GB/s``, with ``, 512 TFLOP/s`` where the floor counts
-    FLOPs; ``not timed`` or ``-`` where there is none."""
+    FLOPs; ``not timed``, or `none` where the row counts neither bytes nor FLOPs."""
     if speed.student_s is None:
         return "not timed"
     parts = []
@@ -155,7 +155,7 @@ def format_rate(speed: RowSpeed) -> str:
         parts.append(f"{speed.gb_per_s:.0f} GB/s")
     if speed.tflop_per_s is not None:
         parts.append(f"{speed.tflop_per_s:.3g} TFLOP/s")
-    return ", ".join(parts) or "-"
+    return ", ".join(parts) or none
 
 
 def format_fraction(fraction: float | None) -> str:
@@ -181,5 +181,6 @@ def speed_line(speeds: list[RowSpeed]) -> str | None:
     furthest = furthest_from_floor(speeds)
     if not furthest:
         return None
-    named = ", ".join(f"{s.row} {format_fraction(s.fraction_of_floor)} ({format_rate(s)})" for s in furthest)
+    named = ", ".join(f"{s.row} {format_fraction(s.fraction_of_floor)}"
+                      + (f" ({format_rate(s, none='')})" if format_rate(s, none="") else "") for s in furthest)
     return f"furthest from the floor (100% = at it): {named}"

@@ -236,8 +236,8 @@ def speed_chart(speeds: list[RowSpeed], furthest: list[RowSpeed] | None = None, 
         else:
             # Compact: one rate, the FLOP rate where the floor counts FLOPs (the table has both).
             rate = (f"{speed.tflop_per_s:.3g} TFLOP/s" if compact and speed.tflop_per_s is not None
-                    else format_rate(speed))
-            text = f"{format_fraction(fraction)} · {rate}"
+                    else format_rate(speed, none=""))
+            text = format_fraction(fraction) + (f" · {rate}" if rate else "")
             width = max(plot_w * fraction / scale_max, 1.0)
         if not speed.ranked:
             text += " (not ranked)"

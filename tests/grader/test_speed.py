@@ -73,6 +73,10 @@ def test_a_row_that_was_not_timed_or_has_no_floor_says_why(document: ResultDocum
     assert row_speed(no_floor).missing == "no floor" and row_speed(no_floor).gb_per_s == pytest.approx(4082.379, abs=1e-3)
     assert furthest_from_floor([row_speed(untimed), row_speed(no_floor)]) == []
     assert speed_line([row_speed(untimed)]) is None
+    # A row that counts no bytes (no floor object, no bytes_min) still has its fraction.
+    bare = row_speed(row.model_copy(update={"floor": None, "bytes_min": None}))
+    assert (bare.floor_kind, bare.bytes_per_s) == (None, None)
+    assert speed_line([bare]) == "furthest from the floor (100% = at it): 65536x256/float32 96%"
 
 
 def test_a_roofline_row_gets_its_flop_rate_and_the_larger_floor() -> None:
