@@ -77,3 +77,24 @@ def test_a_cpu_grading_has_no_speed_section(client: TestClient, db_session: Any)
     sign_in(client, ada)
     page = client.get(f"/submissions/{submission_id}").text
     assert 'class="speeds"' not in page and "Furthest from the floor" not in page
+
+
+def test_the_chart_scales_past_the_floor_and_says_why_a_row_has_no_bar() -> None:
+    from api.pages.charts import speed_chart
+    from grader.speed import RowSpeed
+
+    gemm = RowSpeed(row="4096x4096x4096/float16", floor_kind="roofline", student_s=2e-4, floor_s=1e-4,
+                    bytes=100_663_296, flops=137_438_953_472, bytes_per_s=5.0331648e11,
+                    flops_per_s=6.8719476736e14, fraction_of_floor=0.5, ranked=True)
+    fast = gemm.model_copy(update={"row": "128x4096x4096/float16", "fraction_of_floor": 1.1, "ranked": False})
+    untimed = RowSpeed(row="8192x8192x8192/float16", missing="not timed")
+    wide = speed_chart([gemm, fast, untimed], [gemm])
+    assert [tick for _, tick in wide.ticks] == ["0%", "25%", "50%", "75%", "100%", "125%"]
+    assert [bar.text for bar in wide.bars] == ["50% · 503 GB/s, 687 TFLOP/s",
+                                               "110% · 503 GB/s, 687 TFLOP/s (not ranked)", "not timed (not ranked)"]
+    assert [bar.furthest for bar in wide.bars] == [True, False, False]
+    assert wide.bars[1].width > wide.floor_x - wide.plot_x  # drawn past the floor line
+    assert wide.bars[0].text_x > wide.floor_x  # values stay clear of the floor line
+    compact = speed_chart([gemm], compact=True)
+    assert compact.bars[0].text == "50% · 687 TFLOP/s" and compact.width == 360
+    assert speed_chart([untimed]) is None
