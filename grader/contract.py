@@ -25,6 +25,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
+from grader.speed import RowSpeed, furthest_from_floor, row_speeds, speed_line
+
 #: Version of the result document's shape. 2: typed contract (checks carry ``details``;
 #: ``log.omitted_bytes``; ``notes``).
 SCHEMA_VERSION = 2
@@ -345,6 +347,10 @@ class ReportSummary(_Document):
         problem: what went wrong, in words: the check's message without its hint, or the
             error's message.
         hint: what to look at (the check's hint or diagnosis), or None.
+        furthest_from_floor: for a passed grading with a benchmark (GPU), the rows furthest
+            from their floor, furthest first (grader/speed.py: achieved GB/s, TFLOP/s and
+            fraction of the floor under CUDA-graph timing); empty otherwise.
+        speed: the same in one sentence (grader.speed.speed_line), or None.
     """
 
     verdict: Verdict
@@ -360,6 +366,8 @@ class ReportSummary(_Document):
     allowed: float | None = None
     problem: str | None = None
     hint: str | None = None
+    furthest_from_floor: list[RowSpeed] = Field(default_factory=list)
+    speed: str | None = None
 
 
 HINT_MARK = " Hint: "
@@ -369,7 +377,8 @@ def summarize(document: ResultDocument) -> ReportSummary:
     """The summary of `document` (ReportSummary): one derivation for every place a report
     is shown. Reads the first failed check's ``details["failure"]`` and ``details["hint"]``
     (grader/evaluate.py writes them); a check without them gives its message, split at its
-    ``Hint:``."""
+    ``Hint:``. A passed grading with a benchmark names the rows furthest from their floor
+    (grader.speed.furthest_from_floor)."""
     checks = document.checks
     passed = sum(1 for c in checks if c.passed)
     not_run = sum(1 for c in checks if c.skipped)
@@ -397,6 +406,9 @@ def summarize(document: ResultDocument) -> ReportSummary:
         line = f"{document.verdict.value} ({document.error.kind.value}): {_first_sentence(document.error.message)}"
     else:
         line = f"{document.verdict.value}: {counts}"
+    if document.verdict is Verdict.PASSED and document.benchmark is not None:
+        speeds = row_speeds(document.benchmark)
+        fields.update(furthest_from_floor=furthest_from_floor(speeds), speed=speed_line(speeds))
     return ReportSummary(line=line, **fields)
 
 

@@ -10,7 +10,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from grader.contract import CheckOutcome, ReportSummary, ResultDocument, summarize
+from grader.contract import BenchmarkResult, CheckOutcome, ReportSummary, ResultDocument, summarize
+from grader.speed import format_ceiling, format_fraction, format_rate, row_speeds
 
 #: Where the checks and their tolerances are explained (the service serves it at /checks).
 CHECKS_DOCUMENT = "docs/checks.md"
@@ -80,12 +81,41 @@ def render_summary(summary: ReportSummary, console: Console, docs: str = CHECKS_
         console.print(f"  {summary.problem}", highlight=False)
     if summary.hint:
         console.print(f"  [bold]hint[/]: {summary.hint}", highlight=False)
+    if summary.speed:
+        console.print(f"  {summary.speed}", highlight=False)
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1e6:.3g} us"
+
+
+def render_speeds(benchmark: BenchmarkResult, console: Console) -> None:
+    """One line per benchmark row of the student's speed against the row's floor
+    (grader.speed.row_speed: CUDA-graph median, achieved GB/s and TFLOP/s, fraction of the
+    floor, and what the floor is made of); nothing for a benchmark without rows."""
+    speeds = row_speeds(benchmark)
+    if not speeds:
+        return
+    table = Table(title="speed against the floor (CUDA-graph timing; 100% = the floor)")
+    table.add_column("row")
+    table.add_column("your time", justify="right")
+    table.add_column("achieved", justify="right")
+    table.add_column("of floor", justify="right")
+    table.add_column("floor", justify="right")
+    table.add_column("floor made of", overflow="fold")
+    for speed in speeds:
+        name = speed.row + ("" if speed.ranked else " (not ranked)")
+        floor = _seconds(speed.floor_s) + (f" ({speed.floor_kind})" if speed.floor_kind else "")
+        table.add_row(name, _seconds(speed.student_s), format_rate(speed),
+                      format_fraction(speed.fraction_of_floor), floor, format_ceiling(speed))
+    console.print(table)
 
 
 def render_result(document: ResultDocument | dict[str, Any], console: Console | None = None,
                   source_name: str | None = None, *, quiet: bool = False, server: str | None = None) -> None:
     """Print the summary (``render_summary``), then the per-check table, the error (if any),
-    the captured output and the verdict line; with `quiet`, the summary's line only. With
+    each benchmark row's speed against its floor (``render_speeds``), the captured output and
+    the verdict line; with `quiet`, the summary's line only. With
     `server` (a result fetched from the service), the summary links the first check to fix
     to its row of the service's ``/checks`` page; else it names docs/checks.md.
 
@@ -127,6 +157,8 @@ def render_result(document: ResultDocument | dict[str, Any], console: Console | 
     for note in document.notes:
         console.print(f"[yellow]note[/]: {note}", highlight=False)
     benchmark = document.benchmark
+    if benchmark is not None:
+        render_speeds(benchmark, console)
     if benchmark is not None and benchmark.headline is not None and benchmark.headline.value is not None:
         console.print(f"benchmark: {benchmark.headline.name} = {benchmark.headline.value:.3f}")
     elif benchmark is not None and (benchmark.error or (benchmark.headline and benchmark.headline.reason)):

@@ -1,7 +1,9 @@
 """Benchmark charts, drawn on the server as SVG (no chart library, no script): one chart per
 benchmark row (shape and dtype) of the stored benchmark JSON, comparing the time per call of
 the student's kernel with the named baseline, aten and the other peers, and the row's
-bandwidth floor, each under CUDA-graph timing (the ranked method, docs/benchmarks.md).
+bandwidth floor, each under CUDA-graph timing (the ranked method, docs/benchmarks.md); and one
+roofline-style chart of every row's fraction of its floor (``speed_chart``, from
+grader.speed's RowSpeed: the same numbers the speed table and ``grader check`` show).
 
 Read from ``benchmark.rows[]``: ``id``, ``impls[<name>].graph.median_s``, ``floor_s_min``
 (``floor_s_3_access`` in documents of benchmark schema 1), ``scope``, ``flags``,
@@ -15,6 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from grader.speed import RowSpeed, format_fraction, format_rate
 
 STUDENT = "student"
 
@@ -158,3 +162,99 @@ def _chart(row: dict[str, Any], baseline: str | None) -> Chart:
         flags=[str(f) for f in flags],
         speedup=_positive(speedup.get("graph")) if isinstance(speedup, dict) else None,
         baseline=baseline)
+
+
+#: Geometry of the roofline-style chart (SVG user units). Wide: the row's label left of its
+#: bar, the value right of the floor line. Compact (phones): the label and value on a line
+#: above a full-width bar, so that the text stays legible when the SVG is 360 px wide.
+SPEED_WIDE = {"width": WIDTH, "plot_x": 190, "plot_w": 300, "row_h": BAR_H + GAP, "bar_h": BAR_H}
+SPEED_COMPACT = {"width": 360, "plot_x": 12, "plot_w": 300, "row_h": 40, "bar_h": 14}
+
+
+@dataclass(frozen=True)
+class SpeedBar:
+    """One row of the roofline-style chart: the student's fraction of the row's floor."""
+
+    row: str
+    fraction: float | None
+    text: str  # "63% · 2660 GB/s", or why there is no bar
+    furthest: bool  # named in the summary as furthest from the floor
+    label_x: float
+    label_y: float
+    bar_y: float
+    width: float
+    text_x: float
+    text_y: float
+    text_anchor: str  # start | end (SVG text-anchor)
+
+
+@dataclass(frozen=True)
+class SpeedChart:
+    """Every row's fraction of its floor (1 = the floor: the hardware's measured ceiling), in
+    one layout (``compact`` for phones)."""
+
+    bars: list[SpeedBar]
+    ticks: list[tuple[float, str]]
+    floor_x: float
+    plot_x: float
+    bar_h: float
+    width: int
+    height: float
+    compact: bool
+
+    @property
+    def summary(self) -> str:
+        """The chart in words (the SVG's accessible name)."""
+        parts = [f"{bar.row}: {bar.text}" for bar in self.bars]
+        return "Fraction of the floor per row (higher is better, 100% is the floor): " + "; ".join(parts)
+
+
+def speed_chart(speeds: list[RowSpeed], furthest: list[RowSpeed] | None = None, *,
+                compact: bool = False) -> SpeedChart | None:
+    """The roofline-style chart of `speeds` (grader.speed.row_speeds): per row a bar of the
+    student's fraction of the floor against a line at 100%, labelled with the achieved rate;
+    rows in `furthest` are marked. None when no row has a fraction."""
+    fractions = [s.fraction_of_floor for s in speeds if s.fraction_of_floor is not None]
+    if not fractions:
+        return None
+    geometry = SPEED_COMPACT if compact else SPEED_WIDE
+    plot_x, plot_w, row_h, bar_h = geometry["plot_x"], geometry["plot_w"], geometry["row_h"], geometry["bar_h"]
+    named = {s.row for s in furthest or []}
+    # The axis covers the floor and any row past it (a time under the floor is flagged,
+    # grader/benchmark/score.py, but still drawn as measured), in steps of 25%.
+    scale_max = max(1.0, math.ceil(max(fractions) * 4) / 4)
+    floor_x = plot_x + plot_w / scale_max
+    top = TOP + BAR_H  # room for the floor's label
+    bars = []
+    for index, speed in enumerate(speeds):
+        fraction = speed.fraction_of_floor
+        if fraction is None:
+            text = speed.missing or "not timed"
+            if speed.student_s is not None:
+                text = f"{format_rate(speed)}; {text}"
+            width = 0.0
+        else:
+            # Compact: one rate, the FLOP rate where the floor counts FLOPs (the table has both).
+            rate = (f"{speed.tflop_per_s:.3g} TFLOP/s" if compact and speed.tflop_per_s is not None
+                    else format_rate(speed, none=""))
+            text = format_fraction(fraction) + (f" · {rate}" if rate else "")
+            width = max(plot_w * fraction / scale_max, 1.0)
+        if not speed.ranked:
+            text += " (not ranked)"
+        y = top + index * row_h
+        if compact:  # label and value on a line, the bar under it
+            label = (plot_x, y + 13)
+            bar_y = y + 18
+            value, anchor = (geometry["width"] - 4, y + 13), "end"
+        else:  # label left of the bar; the value right of the bar and of the floor line
+            label = (plot_x - 8, y + 15)
+            bar_y = y
+            value, anchor = (max(plot_x + width, floor_x) + 6, y + 15), "start"
+        bars.append(SpeedBar(row=speed.row, fraction=fraction, text=text, furthest=speed.row in named,
+                             label_x=label[0], label_y=label[1], bar_y=bar_y, width=width,
+                             text_x=value[0], text_y=value[1], text_anchor=anchor))
+    height = top + len(bars) * row_h + AXIS_H
+    steps = int(round(scale_max / 0.25))
+    ticks = [(plot_x + plot_w * (i * 0.25) / scale_max, f"{i * 25}%") for i in range(steps + 1)]
+    return SpeedChart(bars=bars, ticks=ticks, floor_x=floor_x, plot_x=plot_x, bar_h=bar_h,
+                      width=geometry["width"], height=height, compact=compact)

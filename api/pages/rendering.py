@@ -20,7 +20,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.routing import APIRoute
 
+from api.pages.charts import format_time
 from api.pages.security import SignInRequired, Viewer, clear_session_cookie
+from grader.speed import format_ceiling, format_fraction, format_rate
 from submissions.errors import DomainError
 
 logger = logging.getLogger("api.pages")
@@ -81,6 +83,11 @@ def points(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
 
+def duration(seconds: float | None) -> str:
+    """A time per call as the charts write it (``49.3 µs``); ``-`` for none."""
+    return "-" if seconds is None else format_time(seconds)
+
+
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
@@ -90,7 +97,8 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters.update(utc=utc, iso=iso, number=number, speedup=speedup, points=points,
-                       urlquote=lambda text: quote(str(text), safe=""))
+                       urlquote=lambda text: quote(str(text), safe=""), duration=duration,
+                       fraction=format_fraction, rate=format_rate, ceiling=format_ceiling)
     return env
 
 

@@ -4,7 +4,9 @@ first check to fix, its smallest failing input with got and expected, the hint),
 per-check table (mark, name linked to its row of /checks, err/tol, tolerance bound, details;
 each tolerance's derivation once, under the table), the
 error with the end of its traceback, notes, the benchmark line, the verdict line, the captured
-output; plus one chart per benchmark row (api/pages/charts.py).
+output; plus, on a GPU, each row's speed against its floor (grader.speed: achieved GB/s and
+TFLOP/s, fraction of the floor; a table and a roofline-style chart, api/pages/charts.py
+``speed_chart``) and one chart per benchmark row (api/pages/charts.py).
 
 Built from the API's `SubmissionRead` (its stored result document, validated with the
 grader's own `ResultDocument`); a grading that broke on our side has no document, and its
@@ -18,12 +20,13 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
-from api.pages.charts import Chart, benchmark_charts
+from api.pages.charts import Chart, SpeedChart, benchmark_charts, speed_chart
 from api.pages.checks_doc import check_url
 from api.schemas import SubmissionRead
 from grader.contract import CheckOutcome, ReportSummary, ResultDocument
 from grader.manifest import MANIFESTS
 from grader.report import error_vs_tolerance, failing_input
+from grader.speed import RowSpeed, row_speeds
 
 #: The end of a traceback that is shown (as `grader check` prints it).
 TRACEBACK_CHARS = 2000
@@ -90,6 +93,10 @@ class Report:
     summary_input: str | None = None  # grader.report.failing_input of the summary
     summary_url: str | None = None  # the first check to fix in /checks
     tolerances: list[ToleranceNote] = field(default_factory=list)
+    #: Each benchmark row's speed against its floor (grader.speed.row_speeds), in row order.
+    speeds: list[RowSpeed] = field(default_factory=list)
+    speed_chart: SpeedChart | None = None
+    speed_chart_compact: SpeedChart | None = None  # the same for phones
 
 
 def _fmt(value: float | None) -> str:
@@ -190,6 +197,7 @@ def build_report(submission: SubmissionRead) -> Report:
     notes: dict[str, ToleranceNote] = {}
     rows = [check_row(c, result.assignment, notes) for c in result.checks]
     summary = result.summary
+    speeds = row_speeds(result.benchmark)
     return Report(
         finished=True, title=f"{graded}{result.assignment} on {result.device or 'no device'}",
         checks=rows, error=error, notes=list(result.notes),
@@ -200,6 +208,8 @@ def build_report(submission: SubmissionRead) -> Report:
         summary=summary, summary_input=failing_input(summary),
         summary_url=check_url(result.assignment, summary.check) if summary.check else None,
         tolerances=list(notes.values()),
+        speeds=speeds, speed_chart=speed_chart(speeds, summary.furthest_from_floor),
+        speed_chart_compact=speed_chart(speeds, summary.furthest_from_floor, compact=True),
     )
 
 

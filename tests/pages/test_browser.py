@@ -481,3 +481,46 @@ def test_staff_read_the_class_analytics_on_a_phone(pages_factory: Any, server: A
     assert _overflow_px(page) <= 0
     staff.shot("analytics-390")
     assert_accessible(staff, "analytics-390")
+
+
+#: The softmax_backward reference graded on an H200, with its benchmark (fake grader: document=).
+H200_REFERENCE = "document=docs/benchmarks/h200-20261201-round6/run3-diagnosis/B2"
+
+
+@pytest.mark.parametrize("width, height", [(390, 844), (1280, 800)])
+def test_a_gpu_report_shows_each_rows_speed_against_the_floor(
+        pages_factory: Any, server: Any, width: int, height: int) -> None:
+    _, token = server.create_student(f"hopper-{width}")
+    submission_id = server.upload(token, kernel(H200_REFERENCE))
+    assert server.wait_final(submission_id, token)["status"] == "passed"
+
+    student = pages_factory()
+    page = student.page
+    page.set_viewport_size({"width": width, "height": height})
+    student.sign_in(token)
+    student.goto(f"/submissions/{submission_id}")
+    summary = page.locator("section.summary")
+    named = summary.locator("ul.furthest li").all_inner_texts()
+    assert named == ["256x131072/float32: 63% of the floor (2660 GB/s)",
+                     "256x131072/bfloat16: 63% of the floor (2684 GB/s)",
+                     "256x131072/float16: 64% of the floor (2703 GB/s)"]
+    box = summary.bounding_box()
+    assert box is not None and box["y"] + box["height"] <= height, (box, height)  # above the fold
+
+    rows = page.locator("table.speeds tbody tr")
+    assert rows.count() == 12
+    first = rows.filter(has_text="65536x256/float32")
+    assert first.locator("td[data-label=Achieved]").inner_text() == "4082 GB/s"
+    assert first.locator("td[data-label='Of the floor']").inner_text() == "96%"
+    assert page.locator("table.speeds tr.furthest").count() == 3
+    chart = page.get_by_role("img", name=re.compile(r"^Fraction of the floor per row"))
+    assert chart.is_visible()
+    assert "256x131072/float32: 63% · 2660 GB/s" in chart.get_attribute("aria-label")
+    # The chart is drawn to the page's width: its bars stay inside its box.
+    chart_box, bar_box = chart.bounding_box(), chart.locator("rect.bar").first.bounding_box()
+    assert chart_box["width"] <= width and bar_box["x"] + bar_box["width"] <= chart_box["x"] + chart_box["width"]
+    assert _overflow_px(page) <= 0, f"{_overflow_px(page)} px wider than {width}"
+    page.locator("#speed-heading").scroll_into_view_if_needed()
+    student.shot(f"gpu-report-{width}")
+    assert student.axe(f"gpu-report-{width}") == []
+    assert student.axe_results[f"gpu-report-{width}"] == []  # no violation of any impact

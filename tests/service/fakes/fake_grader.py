@@ -18,7 +18,9 @@ failed check's err/tol is infinity and its max abs error NaN, as for NaN outputs
 (path: append this process's pid, one line per grading started), wait_for (path: wait, up to
 120 s, until it exists, then finish), document (name: print documents/<name>.json, a result the
 real grader wrote: flipped_sign is `grader check --device cpu` of
-tests/corpus/softmax_backward/wrong/flipped_sign.py).
+tests/corpus/softmax_backward/wrong/flipped_sign.py; a name under docs/ is a document recorded
+on a GPU, e.g. docs/benchmarks/h200-20261201-round6/run3-diagnosis/B2, the softmax_backward
+reference with its benchmark on an H200).
 """
 
 from __future__ import annotations
@@ -81,8 +83,9 @@ def main() -> int:
 
     if "document" in options:
         # A document the real grader wrote (tests/service/fakes/documents/<name>.json), as it was.
-        document = ResultDocument.model_validate_json(
-            (DOCUMENTS / f"{options['document']}.json").read_text(encoding="utf-8"))
+        name = options["document"]
+        folder = REPOSITORY if name.startswith("docs/") else DOCUMENTS
+        document = ResultDocument.model_validate_json((folder / f"{name}.json").read_text(encoding="utf-8"))
         document = document.model_copy(update={"seed": seed})
         sys.stdout.write(document.to_json(indent=None))
         return int(document.exit_code)
@@ -148,6 +151,7 @@ def main() -> int:
 
 
 DOCUMENTS = Path(__file__).parent / "documents"
+REPOSITORY = Path(__file__).resolve().parents[3]
 #: What the html directive puts into every student-controlled string of the document.
 HTML_PAYLOAD = '<script>window.__pwned = 1</script><b>bold</b><img src=x onerror="window.__pwned=2">'
 
