@@ -4,7 +4,8 @@
 #   engine up (start-engine.sh) -> local base images (build-base-images.sh, cached) -> the API
 #   CPU worker and TLS proxy images built -> `docker compose -f docker/compose.yaml -f
 #   docker/compose.cpu.yaml -f docker/compose.local.yaml -f docker/compose.tls.yaml up -d` ->
-#   /healthz ok through the proxy (HTTPS, a throw-away certificate), plain HTTP only a redirect,
+#   /healthz ok inside the api container and denied (403) by the proxy, the pages over HTTPS
+#   (a throw-away certificate), plain HTTP only a redirect,
 #   the API's own port unpublished -> the sandbox check of the guide's step 6
 #   -> a student made with `grader students add` inside the api container -> the reference
 #   solution uploaded over HTTPS through the proxy and graded by the CPU worker in its
@@ -159,21 +160,33 @@ trap on_exit EXIT
 
 phase "up until healthy"
 "${compose[@]}" up -d
+# /healthz is staff-only behind the proxy (docker/proxy/nginx.conf denies it), so health is
+# read inside the API's container; the proxy is then checked to refuse it and to serve the
+# pages over TLS.
+health=""
+for _ in $(seq 1 300); do
+    health="$("${compose[@]}" exec -T api python -c 'import json, urllib.request
+print(json.dumps(json.load(urllib.request.urlopen("http://127.0.0.1:8000/healthz", timeout=5))))' </dev/null 2>/dev/null || true)"
+    case "$health" in *'"status": "ok"'*) break ;; esac
+    sleep 1
+done
+case "$health" in
+    *'"status": "ok"'*) log "GET /healthz in the api container -> $health" ;;
+    *) log "no healthy API with a live worker after 300 s: ${health:-no answer}"; exit 1 ;;
+esac
 SSL_CERT_FILE="$TLS_CA" python3 - "$BASE_URL" <<'PY'
-import json, sys, time, urllib.request
-deadline = time.monotonic() + 300
-while True:
-    try:
-        with urllib.request.urlopen(f"{sys.argv[1]}/healthz", timeout=5) as r:
-            health = json.load(r)
-            if health.get("status") == "ok":
-                print("GET /healthz ->", json.dumps(health))
-                break
-    except OSError:
-        pass
-    if time.monotonic() > deadline:
-        sys.exit("no healthy API with a live worker after 300 s")
-    time.sleep(1)
+import sys, urllib.error, urllib.request
+try:
+    urllib.request.urlopen(f"{sys.argv[1]}/healthz", timeout=10)
+    sys.exit("the proxy serves /healthz to anyone; it must deny it")
+except urllib.error.HTTPError as refused:
+    if refused.code != 403:
+        sys.exit(f"GET https://.../healthz -> {refused.code}, expected 403 (staff only)")
+    print("GET https://.../healthz ->", refused.code, "(denied to the public, as configured)")
+with urllib.request.urlopen(f"{sys.argv[1]}/sign-in", timeout=10) as page:
+    print("GET https://.../sign-in ->", page.status)
+    if page.status != 200:
+        sys.exit("the sign-in page is not served over TLS")
 PY
 "${compose[@]}" ps -a --format 'table {{.Service}}\t{{.Image}}\t{{.Status}}'
 # Plain HTTP only redirects to TLS, and the API itself is not published.
@@ -222,7 +235,7 @@ fi
 phase "student + graded upload"
 student_token="$("${compose[@]}" exec -T api grader students add "smoke-$(date -u +%Y%m%d%H%M%S)" < /dev/null | head -n 1)"
 [ -n "$student_token" ] || { log "grader students add printed no token"; exit 1; }
-SSL_CERT_FILE="$TLS_CA" python3 "$here/smoke_client.py" --base-url "$BASE_URL" \
+SSL_CERT_FILE="$TLS_CA" python3 "$here/smoke_client.py" --base-url "$BASE_URL" --no-health-wait \
     --student-token "$student_token" --file "$RUN_DIR/$SUBMISSION" \
     --expect-status passed --expect-triton "$triton_version"
 "${compose[@]}" logs --no-color worker | tail -n 15
