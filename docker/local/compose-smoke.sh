@@ -199,9 +199,12 @@ if answer.status != 301 or not answer.getheader("Location", "").startswith("http
     sys.exit(f"plain HTTP answered {answer.status} {answer.getheader('Location')}, not a redirect to TLS")
 print("GET http://.../healthz ->", answer.status, answer.getheader("Location"))
 PY
-if [ -n "$("${compose[@]}" port api 8000 2>/dev/null || true)" ]; then
-    log "the API's port is published beside the proxy"; exit 1
-fi
+# `compose port` prints ":0" (or nothing) for a port that is not published.
+published="$("${compose[@]}" port api 8000 2>/dev/null || true)"
+case "$published" in
+    "" | *:0) log "the API's own port is not published (only the proxy's are)" ;;
+    *) log "the API's port is published beside the proxy: $published"; exit 1 ;;
+esac
 log "in the worker: $("${compose[@]}" exec -T worker python -c 'import torch, triton, numpy; print("torch", torch.__version__, "triton", triton.__version__, "numpy", numpy.__version__)' < /dev/null)"
 
 phase "sandbox check (step 6)"
