@@ -25,6 +25,7 @@ worker`` and ``grader serve`` call it at start-up.
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import subprocess
 import sys
@@ -97,12 +98,20 @@ def candidates(explicit: str | None) -> list[tuple[Source, str | None, str]]:
 
 
 def probe_command(path: str) -> list[str]:
-    """The probe: ``path`` building a sandbox like the grader's, running this interpreter."""
+    """The probe: ``path`` building a sandbox like the grader's, running this interpreter.
+
+    The interpreter's own folders are bound again over the sandbox's private /tmp, as the
+    grader's sandbox binds them (grader/sandbox.py ``_python_paths``): a checkout or a
+    virtualenv under /tmp must not look like a bwrap that cannot run."""
+    interpreter = {os.path.realpath(folder) for folder in (sys.prefix, sys.base_prefix, sys.exec_prefix,
+                                                            os.path.dirname(os.path.realpath(sys.executable)))}
+    rebound = [arg for folder in sorted(interpreter) if folder == "/tmp" or folder.startswith("/tmp/")
+               for arg in ("--ro-bind", folder, folder)]
     return [
         path, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
         "--uid", "65534", "--gid", "65534", "--hostname", "sandbox",
         "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
-        "--size", str(1024**2), "--tmpfs", "/tmp",
+        "--size", str(1024**2), "--tmpfs", "/tmp", *rebound,
         "--", sys.executable, "-S", "-c", "",
     ]
 
