@@ -157,3 +157,21 @@ def test_the_reference_passes_through_the_wheels_bwrap_with_no_bwrap_on_path(tmp
     assert done.returncode == 0 and document["verdict"] == "passed", summary(document) + done.stderr[-2000:]
     assert document["sandbox"] == "bubblewrap 0.11.0 (wheel)", document["sandbox"]
     assert document["versions"]["bubblewrap"] == "bubblewrap 0.11.0 (wheel)"
+
+
+def test_the_probe_binds_an_interpreter_under_tmp_over_the_sandboxes_tmp(monkeypatch) -> None:
+    # A checkout (and its .venv) under /tmp: the probe's private /tmp must not hide the
+    # interpreter it runs (every bwrap looked broken in a clone under /tmp).
+    import sys
+
+    from grader import bwrap
+
+    monkeypatch.setattr(sys, "prefix", "/tmp/clone/.venv")
+    monkeypatch.setattr(sys, "exec_prefix", "/tmp/clone/.venv")
+    command = bwrap.probe_command("/usr/bin/bwrap")
+    tmpfs = command.index("--tmpfs")
+    assert command[tmpfs + 1] == "/tmp"
+    assert command[tmpfs + 2: tmpfs + 5] == ["--ro-bind", "/tmp/clone/.venv", "/tmp/clone/.venv"]
+    monkeypatch.setattr(sys, "prefix", "/work/clone/.venv")
+    monkeypatch.setattr(sys, "exec_prefix", "/work/clone/.venv")
+    assert "/work/clone/.venv" not in bwrap.probe_command("/usr/bin/bwrap")  # bound already by / /
