@@ -210,8 +210,14 @@ def evaluate_values(check: PlannedCheck, evidence: CheckEvidence, *, hint: str,
                                     f"{tuple(expected.shape)}")
                     continue
                 if expectation.dtype is not None and out.dtype != expectation.dtype:
-                    failures.append(f"{call.label}: output{named} dtype {dtype_name(out.dtype)}, expected "
-                                    f"{dtype_name(expectation.dtype)} (keep the input dtype)")
+                    text = (f"{call.label}: output{named} dtype {dtype_name(out.dtype)}, expected "
+                            f"{dtype_name(expectation.dtype)} (keep the input dtype)")
+                    if not failures:  # only the first failure is shown; the dtype returned is the mistake
+                        finding = (f" The output came back as {dtype_name(out.dtype)}: return it as "
+                                   f"{dtype_name(expectation.dtype)}.")
+                        diagnosed = True
+                        text += "." + finding
+                    failures.append(text)
                     continue
                 scale, slack, tolerance = expectation.scale, expectation.slack, expectation.tolerance
                 result: Comparison = compare(out, expected, scale, tolerance, slack)
@@ -295,10 +301,12 @@ def evaluate_output_contract(check: PlannedCheck, evidence: CheckEvidence, *, hi
     """The output is a fresh contiguous tensor of the expected shape, dtype and device, sharing
     no memory with the inputs, and every input base (guards included) is bitwise unchanged."""
     problems: list[str] = []
+    kinds: set[str] = set()  # what was wrong: shape, dtype, device, contiguous, input (aliased or modified)
     for call in check.calls:
         problem = describe_failure(evidence, call, call.id)
         if problem:
             problems.append(problem)
+            kinds.add("call")
             continue
         got = evidence.calls[call.id]
         metas = got.report.outputs()
@@ -312,14 +320,19 @@ def evaluate_output_contract(check: PlannedCheck, evidence: CheckEvidence, *, hi
             want_dtype = dtype_name(expectation.dtype) if expectation is not None and expectation.dtype else None
             if want_shape is not None and meta.shape != want_shape:
                 problems.append(f"{call.label}: output{named} shape {tuple(meta.shape)}, expected {tuple(want_shape)}")
+                kinds.add("shape")
             if want_dtype is not None and meta.dtype != want_dtype:
                 problems.append(f"{call.label}: output{named} dtype {meta.dtype}, expected {want_dtype}")
+                kinds.add("dtype")
             if not meta.device.startswith(device.split(":")[0]):
                 problems.append(f"{call.label}: output{named} on {meta.device}, inputs on {device}")
+                kinds.add("device")
             if not meta.contiguous:
                 problems.append(f"{call.label}: output{named} is not contiguous (strides {tuple(meta.stride)})")
+                kinds.add("contiguous")
             if meta.aliases_input:
                 problems.append(f"{call.label}: output{named} shares memory with an input (must be a fresh tensor)")
+                kinds.add("input")
         for spec in call.tensors():
             if spec.device != "primary":
                 continue
@@ -327,12 +340,28 @@ def evaluate_output_contract(check: PlannedCheck, evidence: CheckEvidence, *, hi
             after = got.bases_after.get(spec.base)
             if after is None or not bitwise_equal(before, after):
                 problems.append(f"{call.label}: an input (or the memory around it) was modified by the call")
+                kinds.add("input")
                 break
     if problems:
-        return CheckOutcome(name=check.name, passed=False, message="; ".join(problems[:3]) + f". Hint: {hint}")
+        return CheckOutcome(name=check.name, passed=False,
+                            message="; ".join(problems[:3]) + f". Hint: {_contract_hint(kinds, hint)}")
     return CheckOutcome(name=check.name, passed=True,
                         message=f"{len(check.calls)} calls: fresh contiguous output of the right shape, dtype and "
                                 "device; inputs untouched")
+
+
+#: The hint of an output_contract failure of one kind only: what the evidence singles out.
+CONTRACT_HINTS = {
+    "contiguous": "allocate the output with torch.empty(shape, dtype=..., device=...): torch.empty_like of a "
+                  "transposed input keeps that input's strides",
+    "input": "write the result into a freshly allocated output; never into an input, and return that output",
+}
+
+
+def _contract_hint(kinds: set[str], hint: str) -> str:
+    """The hint for an output_contract failure: the one for its kind of problem when only one
+    kind showed (CONTRACT_HINTS), else the assignment's whole hint (``hint``)."""
+    return CONTRACT_HINTS[next(iter(kinds))] if len(kinds) == 1 and next(iter(kinds)) in CONTRACT_HINTS else hint
 
 
 def evaluate_raises(check: PlannedCheck, evidence: CheckEvidence, *, hint: str) -> CheckOutcome:
