@@ -107,10 +107,15 @@ def evaluate_row_sums(check: PlannedCheck, evidence: CheckEvidence, *, tolerance
 
 
 def diagnose_coverage(got: torch.Tensor, comparison_bad: torch.Tensor, expected: torch.Tensor,
-                      ratio: torch.Tensor | None = None) -> str:
+                      ratio: torch.Tensor | None = None, strided: bool = False) -> str:
     """Name an uncovered block of the output, the mark of a grid, loop bound or mask that stops
     short: NaN outputs where every input is finite, or every column (row) from some index on
     wrong while every one before it is right. Only for 2-D outputs; "" when nothing fits.
+
+    ``strided``: the call's inputs are strided views and the same kernel passed the simpler
+    (contiguous) checks. Either pattern there is the mark of loads that ignore an input's own
+    strides (reading the NaN guards between its rows, or rows past the first at the wrong
+    place), not of a grid or mask, and is named so.
 
     ``ratio`` (|err| / allowed per element, optional): when given, the row/column diagnosis
     also needs every wrong column (row) to be far off (``COVERAGE_MIN_RATIO`` times the allowed
@@ -121,6 +126,10 @@ def diagnose_coverage(got: torch.Tensor, comparison_bad: torch.Tensor, expected:
     not_finite = ~torch.isfinite(got64)
     if bool(not_finite.any()) and bool(torch.isfinite(expected).all()):
         first = [int(i) for i in torch.nonzero(not_finite)[0]]
+        if strided:
+            return (f" {int(not_finite.sum())} outputs are NaN or inf (the first at {first}) although every input"
+                    f" is finite: the kernel read the NaN the grader puts around and between an input's rows."
+                    f"{STRIDED_ADVICE}")
         return (f" {int(not_finite.sum())} outputs are NaN or inf (the first at {first}) although every input"
                 f" is finite: the kernel read outside its inputs (the grader surrounds them with NaN) or left"
                 f" those outputs unwritten (a grid, loop or mask that does not cover every element).")
@@ -137,9 +146,16 @@ def diagnose_coverage(got: torch.Tensor, comparison_bad: torch.Tensor, expected:
                 worst_per_index = ratio.nan_to_num(nan=math.inf).amax(dim=axis)[first_bad:]
                 if not bool((worst_per_index >= COVERAGE_MIN_RATIO).all()):
                     continue
+            if strided:
+                return f" Every {what} from {what} {first_bad} on is wrong and every {what} before it is right.{STRIDED_ADVICE}"
             return (f" Every {what} from {what} {first_bad} on is wrong and every {what} before it is right:"
                     f" look for {advice}.")
     return ""
+
+
+#: diagnose_coverage's advice on strided inputs where the contiguous ones were right.
+STRIDED_ADVICE = (" These inputs are strided views and the same kernel was right on contiguous ones: load each input"
+                  " with its own strides (x.stride(0), x.stride(1)), not a row length or 1.")
 
 
 #: How far off (times the allowed error) every element of an uncovered column/row block must be
@@ -153,6 +169,18 @@ def _ratio(out: torch.Tensor, expected: torch.Tensor, scale: torch.Tensor, slack
     err = (out.double() - expected).abs()
     err = torch.where(torch.isfinite(out.double()), err, torch.full_like(err, math.inf))
     return err / tolerance.allowed(expected, scale, slack)
+
+
+def _strided(call: PlannedCall) -> bool:
+    """Some tensor input of ``call`` is not a contiguous row-major view."""
+    for spec in call.tensors():
+        expected_stride, step = [], 1
+        for size in reversed(spec.size):
+            expected_stride.insert(0, step)
+            step *= size
+        if any(size > 1 and stride != want for size, stride, want in zip(spec.size, spec.stride, expected_stride)):
+            return True
+    return False
 
 
 def hint_for(evidence: CheckEvidence, hint: str, hint_requires: tuple[str, ...]) -> str:
@@ -235,7 +263,8 @@ def evaluate_values(check: PlannedCheck, evidence: CheckEvidence, *, hint: str,
                     text = f"{label}: {result.describe()}; tolerance {tolerance.describe_short()}."
                     if not failures:  # only the first failure is shown, so only it is diagnosed
                         ratio = _ratio(out, expected, scale, slack, tolerance)
-                        finding = diagnose_coverage(out, ~(ratio <= 1), expected, ratio)
+                        strided = _strided(call) and hint_for(evidence, hint, hint_requires).startswith(" Hint:")
+                        finding = diagnose_coverage(out, ~(ratio <= 1), expected, ratio, strided)
                         if not finding and diagnose is not None and round_index == 0 and expectation.index == 0:
                             finding = diagnose(out, call, evidence)
                         diagnosed = bool(finding)
@@ -353,7 +382,7 @@ def evaluate_output_contract(check: PlannedCheck, evidence: CheckEvidence, *, hi
 #: The hint of an output_contract failure of one kind only: what the evidence singles out.
 CONTRACT_HINTS = {
     "contiguous": "allocate the output with torch.empty(shape, dtype=..., device=...): torch.empty_like of a "
-                  "transposed input keeps that input's strides",
+                  "transposed input keeps that input's layout",
     "input": "write the result into a freshly allocated output; never into an input, and return that output",
 }
 
