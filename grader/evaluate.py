@@ -262,11 +262,14 @@ def evaluate_values(check: PlannedCheck, evidence: CheckEvidence, *, hint: str,
                         smallest = (result.total, _failure_details(label, result))
                     text = f"{label}: {result.describe()}; tolerance {tolerance.describe_short()}."
                     if not failures:  # only the first failure is shown, so only it is diagnosed
-                        ratio = _ratio(out, expected, scale, slack, tolerance)
-                        strided = _strided(call) and hint_for(evidence, hint, hint_requires).startswith(" Hint:")
-                        finding = diagnose_coverage(out, ~(ratio <= 1), expected, ratio, strided)
-                        if not finding and diagnose is not None and round_index == 0 and expectation.index == 0:
+                        # A known wrong formula first: it names the mistake itself, where the coverage
+                        # patterns (a column or row block wrong, NaN) only say where it shows.
+                        if diagnose is not None and round_index == 0 and expectation.index == 0:
                             finding = diagnose(out, call, evidence)
+                        if not finding:
+                            ratio = _ratio(out, expected, scale, slack, tolerance)
+                            strided = _strided(call) and hint_for(evidence, hint, hint_requires).startswith(" Hint:")
+                            finding = diagnose_coverage(out, ~(ratio <= 1), expected, ratio, strided)
                         diagnosed = bool(finding)
                         text += finding
                     failures.append(text)
@@ -460,6 +463,14 @@ def _right(call: PlannedCall, got) -> bool:
     return True
 
 
+#: The hint of a triton_kernel failure when every call not reproduced shows the same thing.
+REPLAY_HINTS = {
+    "none": "these calls launched no @triton.jit kernel: write the computation as Triton kernels and launch them",
+    "outside": "the work the calls did with PyTorch operators outside Triton is not replayed: do it in your "
+               "@triton.jit kernels, so that their launches alone, replayed on new inputs, give the output",
+}
+
+
 def evaluate_triton_kernel(check: PlannedCheck, evidence: CheckEvidence, *, recorded: list[PlannedCall],
                            hint: str) -> CheckOutcome:
     """The Triton launches alone do the work: for every recorded call whose output was right,
@@ -474,6 +485,7 @@ def evaluate_triton_kernel(check: PlannedCheck, evidence: CheckEvidence, *, reco
     skipped.
     """
     problems: list[str] = []
+    kinds: set[str] = set()  # of the calls not reproduced: "none" launched, PyTorch "outside" Triton, "other"
     checked = launches_total = 0
     for call in recorded:
         got = evidence.calls.get(call.id)
@@ -484,6 +496,8 @@ def evaluate_triton_kernel(check: PlannedCheck, evidence: CheckEvidence, *, reco
         launches_total += launches
         if problem:
             problems.append(problem)
+            replay = got.report.replay
+            kinds.add("none" if launches == 0 else "outside" if replay is not None and replay.torch_ops else "other")
     details = {"calls": checked, "launches": launches_total, "failed": len(problems)}
     if not checked:
         return CheckOutcome(name=check.name, passed=False, skipped=True, details=details,
@@ -491,6 +505,7 @@ def evaluate_triton_kernel(check: PlannedCheck, evidence: CheckEvidence, *, reco
                                     "by replaying its Triton launches")
     if problems:
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        hint = REPLAY_HINTS.get(next(iter(kinds)), hint) if len(kinds) == 1 else hint
         return CheckOutcome(name=check.name, passed=False, details=details,
                             message=f"{problems[0].rstrip('.')}{more}. Hint: {hint}")
     return CheckOutcome(name=check.name, passed=True, details=details,
