@@ -240,7 +240,9 @@ def evaluate_values(check: PlannedCheck, evidence: CheckEvidence, *, hint: str,
                 if expectation.dtype is not None and out.dtype != expectation.dtype:
                     text = (f"{call.label}: output{named} dtype {dtype_name(out.dtype)}, expected "
                             f"{dtype_name(expectation.dtype)} (keep the input dtype)")
-                    if not failures:  # only the first failure is shown; the dtype returned is the mistake
+                    # Only the first failure is shown; the dtype returned is the mistake, unless a simpler
+                    # check failed too (then hint_for points there).
+                    if not failures and hint_for(evidence, hint, hint_requires).startswith(" Hint:"):
                         finding = (f" The output came back as {dtype_name(out.dtype)}: return it as "
                                    f"{dtype_name(expectation.dtype)}.")
                         diagnosed = True
