@@ -30,6 +30,7 @@ from grading_support import (
 
 from grader.assignments.softmax_backward import checks as softmax_checks
 from grader.contract import CheckOutcome, ResultDocument, summarize
+from grader.evaluate import diagnose_coverage
 from grader.plan import CheckEvidence
 
 ASSIGNMENTS = ("softmax_backward", "softmax_cross_entropy_backward", "gemm_epilogue", "layernorm_backward")
@@ -125,3 +126,17 @@ def test_half_precision_is_not_named_for_a_formula_error_fp32_shows(softmax_plan
         assert softmax_checks.diagnose(wrong, call, _evidence(softmax_plan, False)) == "", call.label
         # The same offset with fp32 right is what the fp16 diagnosis is for.
         assert "accumulated in float16" in softmax_checks.diagnose(wrong, call, _evidence(softmax_plan, True))
+
+
+def test_coverage_patterns_on_strided_inputs_are_named_as_strides():
+    expected = torch.ones(4, 8, dtype=torch.float64)
+    rows_off = expected.clone()
+    rows_off[1:] = 5.0  # row 0 (offset 0) right, every later row read at the wrong place
+    ratio = (rows_off - expected).abs() / 1e-3
+    assert "grid that launches too few programs" in diagnose_coverage(rows_off, ratio > 1, expected, ratio)
+    strided = diagnose_coverage(rows_off, ratio > 1, expected, ratio, strided=True)
+    assert "own strides" in strided and "grid" not in strided, strided
+    guards = expected.clone()
+    guards[2, 3] = float("nan")
+    assert "own strides" in diagnose_coverage(guards, ~(guards == expected), expected, strided=True)
+    assert "unwritten" in diagnose_coverage(guards, ~(guards == expected), expected)
