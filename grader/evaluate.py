@@ -394,7 +394,10 @@ CONTRACT_HINTS = {
 
 def _contract_hint(kinds: set[str], hint: str) -> str:
     """The hint for an output_contract failure: the one for its kind of problem when only one
-    kind showed (CONTRACT_HINTS), else the assignment's whole hint (``hint``)."""
+    kind showed (CONTRACT_HINTS), else the assignment's whole hint (``hint``). An output that is
+    an input has that input's layout, so a non-contiguous output beside it is the same mistake."""
+    if "input" in kinds:
+        kinds = kinds - {"contiguous"}
     return CONTRACT_HINTS[next(iter(kinds))] if len(kinds) == 1 and next(iter(kinds)) in CONTRACT_HINTS else hint
 
 
