@@ -110,7 +110,8 @@ def diagnose_coverage(got: torch.Tensor, comparison_bad: torch.Tensor, expected:
                       ratio: torch.Tensor | None = None, strided: bool = False) -> str:
     """Name an uncovered block of the output, the mark of a grid, loop bound or mask that stops
     short: NaN outputs where every input is finite, or every column (row) from some index on
-    wrong while every one before it is right. Only for 2-D outputs; "" when nothing fits.
+    wrong (two at least) while every one before it is right. Only for 2-D outputs; "" when
+    nothing fits.
 
     ``strided``: the call's inputs are strided views and the same kernel passed the simpler
     (contiguous) checks. Either pattern there is the mark of loads that ignore an input's own
@@ -141,7 +142,8 @@ def diagnose_coverage(got: torch.Tensor, comparison_bad: torch.Tensor, expected:
         if per_index.numel() < 2 or not bool(per_index.any()) or bool(per_index.all()):
             continue
         first_bad = int(torch.nonzero(per_index)[0])
-        if first_bad > 0 and bool(per_index[first_bad:].all()):
+        # Two wrong indices at least: one wrong element of a 1x2 output is no pattern.
+        if 0 < first_bad <= per_index.numel() - 2 and bool(per_index[first_bad:].all()):
             if ratio is not None:
                 worst_per_index = ratio.nan_to_num(nan=math.inf).amax(dim=axis)[first_bad:]
                 if not bool((worst_per_index >= COVERAGE_MIN_RATIO).all()):

@@ -42,7 +42,7 @@ STYLES = {
 DIAGNOSES = {
     ("gemm_epilogue", "gelu_erf.py"): ("example_small", "the erf GELU"),
     ("gemm_epilogue", "gelu_before_bias.py"): ("example_small", "the bias was added after GELU"),
-    ("gemm_epilogue", "bias_on_rows.py"): ("example_small", "the bias added along rows"),
+    ("gemm_epilogue", "bias_on_rows.py"): ("float16_values", "the bias added along rows"),
     ("layernorm_backward", "missing_xhat_term.py"): ("autograd_fp32", "the xhat * c1 term of dx is missing"),
     ("layernorm_backward", "missing_mean_term.py"): ("autograd_fp32", "the c2 = mean_j(w*dy) term of dx is missing"),
     ("layernorm_backward", "divides_by_rstd.py"): ("autograd_fp32", "rstd was used as the standard deviation"),

@@ -31,7 +31,8 @@ def placed_oracle(values: Mapping) -> dict[str, OutputOracle]:
 def diagnose(out: torch.Tensor, call, evidence) -> str:
     """Name the common mistake ``out`` matches (a hint, never a verdict): a tanh that overflows
     (NaN or inf only where tanh's argument is large), the erf GELU, the bias after GELU or
-    missing, the bias along rows, no GELU; each within the call's own bound."""
+    missing, the bias along rows, no GELU; each within the call's own bound, and only where
+    exactly one of them matches."""
     placed = call.extra.get("placed")
     if not placed or out.dim() != 2:
         return ""
@@ -54,11 +55,11 @@ def diagnose(out: torch.Tensor, call, evidence) -> str:
     }
     if a.shape[0] <= b.shape[1]:
         candidates["the bias added along rows (bias[row]) instead of columns"] = gelu_tanh(acc + bias[:a.shape[0], None])
-    for words, candidate in candidates.items():
-        if out.shape == candidate.shape and compare(out, candidate, expectation.scale, expectation.tolerance,
-                                                    expectation.slack).passed:
-            return f" Your output matches {words}."
-    return ""
+    matches = [words for words, candidate in candidates.items()
+               if out.shape == candidate.shape and compare(out, candidate, expectation.scale, expectation.tolerance,
+                                                           expectation.slack).passed]
+    # Two mistakes that give the same values here (bias[0] = 0 on rows is no bias) cannot be told apart.
+    return f" Your output matches {matches[0]}." if len(matches) == 1 else ""
 
 
 def _floor_bytes(shape: tuple[int, ...], dtype: str) -> dict[str, int]:
