@@ -169,7 +169,7 @@ def diagnose(got: torch.Tensor, call: PlannedCall, evidence: CheckEvidence) -> s
     formula (sum(g) for sum(y*g), a flipped sign, no dot term, wrong axis, all zeros) or
     half-precision arithmetic (diagnose_half_precision).
 
-    Half-precision arithmetic is named only when autograd_fp32 passed: a kernel whose fp32
+    Half-precision arithmetic is not named where autograd_fp32 failed: a kernel whose fp32
     outputs are wrong has a formula error, which the fitted per-row offset of
     diagnose_half_precision can mimic (y*(g + dot) is y*(g - dot) with an offset of 2*dot per
     row), and fp16 rounding cannot explain an fp32 failure."""
@@ -190,8 +190,8 @@ def diagnose(got: torch.Tensor, call: PlannedCall, evidence: CheckEvidence) -> s
     for description, candidate in candidates.items():
         if got.shape == candidate.shape and compare(got, candidate, scale, call.tolerance).passed:
             return f" Your output matches {description}."
-    fp32 = evidence.earlier.get("autograd_fp32")
-    if fp32 is None or not fp32.passed:
+    fp32 = evidence.earlier.get("autograd_fp32")  # absent (not evaluated): as in hint_for, not a failure
+    if fp32 is not None and not fp32.passed and not fp32.skipped:
         return ""
     return diagnose_half_precision(got, call, y_given, g_given)
 
