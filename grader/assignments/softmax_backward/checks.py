@@ -157,7 +157,8 @@ def diagnose_half_precision(got: torch.Tensor, call: PlannedCall, y: torch.Tenso
     subtraction_in_dtype = y * (g - dot32.to(dtype))
     if compare(got, subtraction_in_dtype.double(), scale, call.tolerance, slack).passed:
         return (f" Your output matches y*(g - dot) with dot rounded to {name} before the subtraction: dot was"
-                f" held in {name} for g - dot. Keep dot and"
+                f" held in {name} (g - dot in half precision, or the row sum accumulated in {name}: a running"
+                f" total whose error here is no more than that one rounding). Keep dot and"
                 f" g - dot in fp32 and round only the result to {name}.")
     if explained and beyond > 2:
         return accumulated

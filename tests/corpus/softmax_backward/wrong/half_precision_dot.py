@@ -8,7 +8,7 @@ fp32 and bf16 inputs use an fp32 total and are right.
 
 Expected failed checks: half_precision, strided_inputs
 
-Expected hint: accumulated in float16
+Expected hint: accumulate y*g in fp32
 """
 import torch
 import triton

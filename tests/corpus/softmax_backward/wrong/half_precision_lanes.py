@@ -12,7 +12,7 @@ fp16 additions: 2 to 100 times what an fp32 sum can be off by.
 
 Expected failed checks: half_precision, strided_inputs
 
-Expected hint: accumulated in float16
+Expected hint: accumulate y*g in fp32
 """
 import torch
 import triton
