@@ -107,10 +107,16 @@ def evaluate_row_sums(check: PlannedCheck, evidence: CheckEvidence, *, tolerance
 
 
 def diagnose_coverage(got: torch.Tensor, comparison_bad: torch.Tensor, expected: torch.Tensor,
-                      ratio: torch.Tensor | None = None) -> str:
+                      ratio: torch.Tensor | None = None, strided: bool = False) -> str:
     """Name an uncovered block of the output, the mark of a grid, loop bound or mask that stops
     short: NaN outputs where every input is finite, or every column (row) from some index on
-    wrong while every one before it is right. Only for 2-D outputs; "" when nothing fits.
+    wrong (two at least) while every one before it is right. Only for 2-D outputs; "" when
+    nothing fits.
+
+    ``strided``: the call's inputs are strided views and the same kernel passed the simpler
+    (contiguous) checks. Either pattern there is the mark of loads that ignore an input's own
+    strides (reading the NaN guards between its rows, or rows past the first at the wrong
+    place), not of a grid or mask, and is named so.
 
     ``ratio`` (|err| / allowed per element, optional): when given, the row/column diagnosis
     also needs every wrong column (row) to be far off (``COVERAGE_MIN_RATIO`` times the allowed
@@ -121,6 +127,10 @@ def diagnose_coverage(got: torch.Tensor, comparison_bad: torch.Tensor, expected:
     not_finite = ~torch.isfinite(got64)
     if bool(not_finite.any()) and bool(torch.isfinite(expected).all()):
         first = [int(i) for i in torch.nonzero(not_finite)[0]]
+        if strided:
+            return (f" {int(not_finite.sum())} outputs are NaN or inf (the first at {first}) although every input"
+                    f" is finite: the kernel read the NaN the grader puts around and between an input's rows."
+                    f"{STRIDED_ADVICE}")
         return (f" {int(not_finite.sum())} outputs are NaN or inf (the first at {first}) although every input"
                 f" is finite: the kernel read outside its inputs (the grader surrounds them with NaN) or left"
                 f" those outputs unwritten (a grid, loop or mask that does not cover every element).")
@@ -132,14 +142,22 @@ def diagnose_coverage(got: torch.Tensor, comparison_bad: torch.Tensor, expected:
         if per_index.numel() < 2 or not bool(per_index.any()) or bool(per_index.all()):
             continue
         first_bad = int(torch.nonzero(per_index)[0])
-        if first_bad > 0 and bool(per_index[first_bad:].all()):
+        # Two wrong indices at least: one wrong element of a 1x2 output is no pattern.
+        if 0 < first_bad <= per_index.numel() - 2 and bool(per_index[first_bad:].all()):
             if ratio is not None:
                 worst_per_index = ratio.nan_to_num(nan=math.inf).amax(dim=axis)[first_bad:]
                 if not bool((worst_per_index >= COVERAGE_MIN_RATIO).all()):
                     continue
+            if strided:
+                return f" Every {what} from {what} {first_bad} on is wrong and every {what} before it is right.{STRIDED_ADVICE}"
             return (f" Every {what} from {what} {first_bad} on is wrong and every {what} before it is right:"
                     f" look for {advice}.")
     return ""
+
+
+#: diagnose_coverage's advice on strided inputs where the contiguous ones were right.
+STRIDED_ADVICE = (" These inputs are strided views and the same kernel was right on contiguous ones: load each input"
+                  " with its own strides (x.stride(0), x.stride(1)), not a row length or 1.")
 
 
 #: How far off (times the allowed error) every element of an uncovered column/row block must be
@@ -153,6 +171,18 @@ def _ratio(out: torch.Tensor, expected: torch.Tensor, scale: torch.Tensor, slack
     err = (out.double() - expected).abs()
     err = torch.where(torch.isfinite(out.double()), err, torch.full_like(err, math.inf))
     return err / tolerance.allowed(expected, scale, slack)
+
+
+def _strided(call: PlannedCall) -> bool:
+    """Some tensor input of ``call`` is not a contiguous row-major view."""
+    for spec in call.tensors():
+        expected_stride, step = [], 1
+        for size in reversed(spec.size):
+            expected_stride.insert(0, step)
+            step *= size
+        if any(size > 1 and stride != want for size, stride, want in zip(spec.size, spec.stride, expected_stride)):
+            return True
+    return False
 
 
 def hint_for(evidence: CheckEvidence, hint: str, hint_requires: tuple[str, ...]) -> str:
@@ -210,8 +240,16 @@ def evaluate_values(check: PlannedCheck, evidence: CheckEvidence, *, hint: str,
                                     f"{tuple(expected.shape)}")
                     continue
                 if expectation.dtype is not None and out.dtype != expectation.dtype:
-                    failures.append(f"{call.label}: output{named} dtype {dtype_name(out.dtype)}, expected "
-                                    f"{dtype_name(expectation.dtype)} (keep the input dtype)")
+                    text = (f"{call.label}: output{named} dtype {dtype_name(out.dtype)}, expected "
+                            f"{dtype_name(expectation.dtype)} (keep the input dtype)")
+                    # Only the first failure is shown; the dtype returned is the mistake, unless a simpler
+                    # check failed too (then hint_for points there).
+                    if not failures and hint_for(evidence, hint, hint_requires).startswith(" Hint:"):
+                        finding = (f" The output came back as {dtype_name(out.dtype)}: return it as "
+                                   f"{dtype_name(expectation.dtype)}.")
+                        diagnosed = True
+                        text += "." + finding
+                    failures.append(text)
                     continue
                 scale, slack, tolerance = expectation.scale, expectation.slack, expectation.tolerance
                 result: Comparison = compare(out, expected, scale, tolerance, slack)
@@ -228,10 +266,14 @@ def evaluate_values(check: PlannedCheck, evidence: CheckEvidence, *, hint: str,
                         smallest = (result.total, _failure_details(label, result))
                     text = f"{label}: {result.describe()}; tolerance {tolerance.describe_short()}."
                     if not failures:  # only the first failure is shown, so only it is diagnosed
-                        ratio = _ratio(out, expected, scale, slack, tolerance)
-                        finding = diagnose_coverage(out, ~(ratio <= 1), expected, ratio)
-                        if not finding and diagnose is not None and round_index == 0 and expectation.index == 0:
+                        # A known wrong formula first: it names the mistake itself, where the coverage
+                        # patterns (a column or row block wrong, NaN) only say where it shows.
+                        if diagnose is not None and round_index == 0 and expectation.index == 0:
                             finding = diagnose(out, call, evidence)
+                        if not finding:
+                            ratio = _ratio(out, expected, scale, slack, tolerance)
+                            strided = _strided(call) and hint_for(evidence, hint, hint_requires).startswith(" Hint:")
+                            finding = diagnose_coverage(out, ~(ratio <= 1), expected, ratio, strided)
                         diagnosed = bool(finding)
                         text += finding
                     failures.append(text)
@@ -295,10 +337,12 @@ def evaluate_output_contract(check: PlannedCheck, evidence: CheckEvidence, *, hi
     """The output is a fresh contiguous tensor of the expected shape, dtype and device, sharing
     no memory with the inputs, and every input base (guards included) is bitwise unchanged."""
     problems: list[str] = []
+    kinds: set[str] = set()  # what was wrong: shape, dtype, device, contiguous, input (aliased or modified)
     for call in check.calls:
         problem = describe_failure(evidence, call, call.id)
         if problem:
             problems.append(problem)
+            kinds.add("call")
             continue
         got = evidence.calls[call.id]
         metas = got.report.outputs()
@@ -312,14 +356,19 @@ def evaluate_output_contract(check: PlannedCheck, evidence: CheckEvidence, *, hi
             want_dtype = dtype_name(expectation.dtype) if expectation is not None and expectation.dtype else None
             if want_shape is not None and meta.shape != want_shape:
                 problems.append(f"{call.label}: output{named} shape {tuple(meta.shape)}, expected {tuple(want_shape)}")
+                kinds.add("shape")
             if want_dtype is not None and meta.dtype != want_dtype:
                 problems.append(f"{call.label}: output{named} dtype {meta.dtype}, expected {want_dtype}")
+                kinds.add("dtype")
             if not meta.device.startswith(device.split(":")[0]):
                 problems.append(f"{call.label}: output{named} on {meta.device}, inputs on {device}")
+                kinds.add("device")
             if not meta.contiguous:
                 problems.append(f"{call.label}: output{named} is not contiguous (strides {tuple(meta.stride)})")
+                kinds.add("contiguous")
             if meta.aliases_input:
                 problems.append(f"{call.label}: output{named} shares memory with an input (must be a fresh tensor)")
+                kinds.add("input")
         for spec in call.tensors():
             if spec.device != "primary":
                 continue
@@ -327,12 +376,31 @@ def evaluate_output_contract(check: PlannedCheck, evidence: CheckEvidence, *, hi
             after = got.bases_after.get(spec.base)
             if after is None or not bitwise_equal(before, after):
                 problems.append(f"{call.label}: an input (or the memory around it) was modified by the call")
+                kinds.add("input")
                 break
     if problems:
-        return CheckOutcome(name=check.name, passed=False, message="; ".join(problems[:3]) + f". Hint: {hint}")
+        return CheckOutcome(name=check.name, passed=False,
+                            message="; ".join(problems[:3]) + f". Hint: {_contract_hint(kinds, hint)}")
     return CheckOutcome(name=check.name, passed=True,
                         message=f"{len(check.calls)} calls: fresh contiguous output of the right shape, dtype and "
                                 "device; inputs untouched")
+
+
+#: The hint of an output_contract failure of one kind only: what the evidence singles out.
+CONTRACT_HINTS = {
+    "contiguous": "allocate the output with torch.empty(shape, dtype=..., device=...): torch.empty_like of a "
+                  "transposed input keeps that input's layout",
+    "input": "write the result into a freshly allocated output; never into an input, and return that output",
+}
+
+
+def _contract_hint(kinds: set[str], hint: str) -> str:
+    """The hint for an output_contract failure: the one for its kind of problem when only one
+    kind showed (CONTRACT_HINTS), else the assignment's whole hint (``hint``). An output that is
+    an input has that input's layout, so a non-contiguous output beside it is the same mistake."""
+    if "input" in kinds:
+        kinds = kinds - {"contiguous"}
+    return CONTRACT_HINTS[next(iter(kinds))] if len(kinds) == 1 and next(iter(kinds)) in CONTRACT_HINTS else hint
 
 
 def evaluate_raises(check: PlannedCheck, evidence: CheckEvidence, *, hint: str) -> CheckOutcome:
@@ -402,6 +470,14 @@ def _right(call: PlannedCall, got) -> bool:
     return True
 
 
+#: The hint of a triton_kernel failure when every call not reproduced shows the same thing.
+REPLAY_HINTS = {
+    "none": "these calls launched no @triton.jit kernel: write the computation as Triton kernels and launch them",
+    "outside": "the work the calls did with PyTorch operators outside Triton is not replayed: do it in your "
+               "@triton.jit kernels, so that their launches alone, replayed on new inputs, give the output",
+}
+
+
 def evaluate_triton_kernel(check: PlannedCheck, evidence: CheckEvidence, *, recorded: list[PlannedCall],
                            hint: str) -> CheckOutcome:
     """The Triton launches alone do the work: for every recorded call whose output was right,
@@ -416,6 +492,7 @@ def evaluate_triton_kernel(check: PlannedCheck, evidence: CheckEvidence, *, reco
     skipped.
     """
     problems: list[str] = []
+    kinds: set[str] = set()  # of the calls not reproduced: "none" launched, PyTorch "outside" Triton, "other"
     checked = launches_total = 0
     for call in recorded:
         got = evidence.calls.get(call.id)
@@ -426,6 +503,8 @@ def evaluate_triton_kernel(check: PlannedCheck, evidence: CheckEvidence, *, reco
         launches_total += launches
         if problem:
             problems.append(problem)
+            replay = got.report.replay
+            kinds.add("none" if launches == 0 else "outside" if replay is not None and replay.torch_ops else "other")
     details = {"calls": checked, "launches": launches_total, "failed": len(problems)}
     if not checked:
         return CheckOutcome(name=check.name, passed=False, skipped=True, details=details,
@@ -433,6 +512,7 @@ def evaluate_triton_kernel(check: PlannedCheck, evidence: CheckEvidence, *, reco
                                     "by replaying its Triton launches")
     if problems:
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        hint = REPLAY_HINTS.get(next(iter(kinds)), hint) if len(kinds) == 1 else hint
         return CheckOutcome(name=check.name, passed=False, details=details,
                             message=f"{problems[0].rstrip('.')}{more}. Hint: {hint}")
     return CheckOutcome(name=check.name, passed=True, details=details,

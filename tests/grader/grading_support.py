@@ -139,6 +139,15 @@ def expected_failed_from_docstring(path: Path) -> set[str]:
     return {name.strip() for name in match.group(1).replace("\n", " ").split(",") if name.strip()}
 
 
+def expected_hint_from_docstring(path: Path) -> str | None:
+    """The phrase after 'Expected hint:' in a corpus file's module docstring: what the first
+    hint of its report must name (its bug), or None for 'none' (no hint can tell its bug)."""
+    match = re.search(r"^Expected hint: (.+)$", path.read_text(encoding="utf-8"), re.M)
+    assert match, f"{path.name}: no 'Expected hint:' line in its docstring"
+    phrase = match.group(1).strip()
+    return None if phrase == "none" else phrase
+
+
 def summary(document: dict) -> str:
     """A short description of a result document for assertion messages."""
     lines = [f"verdict={document.get('verdict')} error={document.get('error')}"]

@@ -40,8 +40,8 @@ STYLES = {
 #: The sentence a failing value check adds when the output matches a common mistake:
 #: (assignment, file) -> (check, fragment).
 DIAGNOSES = {
-    ("gemm_epilogue", "gelu_erf.py"): ("float16_values", "the erf GELU"),
-    ("gemm_epilogue", "gelu_before_bias.py"): ("float16_values", "the bias was added after GELU"),
+    ("gemm_epilogue", "gelu_erf.py"): ("example_small", "the erf GELU"),
+    ("gemm_epilogue", "gelu_before_bias.py"): ("example_small", "the bias was added after GELU"),
     ("gemm_epilogue", "bias_on_rows.py"): ("float16_values", "the bias added along rows"),
     ("layernorm_backward", "missing_xhat_term.py"): ("autograd_fp32", "the xhat * c1 term of dx is missing"),
     ("layernorm_backward", "missing_mean_term.py"): ("autograd_fp32", "the c2 = mean_j(w*dy) term of dx is missing"),

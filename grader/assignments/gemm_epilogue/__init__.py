@@ -4,6 +4,7 @@ in grader/assignments/protocol.py; ``ASSIGNMENT`` is what the generic grader use
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -28,14 +29,24 @@ def placed_oracle(values: Mapping) -> dict[str, OutputOracle]:
 
 
 def diagnose(out: torch.Tensor, call, evidence) -> str:
-    """Name the common mistake ``out`` matches (a hint, never a verdict): the erf GELU, the bias
-    after GELU or missing, the bias along rows, no GELU; each within the call's own bound."""
+    """Name the common mistake ``out`` matches (a hint, never a verdict): a tanh that overflows
+    (NaN or inf only where tanh's argument is large), the erf GELU, the bias after GELU or
+    missing, the bias along rows, no GELU; each within the call's own bound, and only where
+    exactly one of them matches."""
     placed = call.extra.get("placed")
     if not placed or out.dim() != 2:
         return ""
     a, b, bias = (placed[k].double() for k in ("a", "b", "bias"))
     acc, expectation = a @ b, call.expectations(0)[0]
     z = acc + bias
+    not_finite = ~torch.isfinite(out.double())
+    if out.shape == z.shape and bool(not_finite.any()) and bool(torch.isfinite(z).all()):
+        # tanh(u) as (e^2u - 1) / (e^2u + 1) is inf/inf = NaN once 2|u| > log(fp32 max) = 88.72.
+        u = (2 / math.pi) ** 0.5 * (z + 0.044715 * z**3)
+        if bool((2 * u.abs() > math.log(torch.finfo(torch.float32).max))[not_finite].all()):
+            return (f" Your output is NaN or inf at {int(not_finite.sum())} elements, all where GELU's tanh"
+                    f" argument u is beyond +-44: tanh written with exp(2u) overflows fp32 there (inf/inf)."
+                    f" Write it in a form that cannot overflow, e.g. 2 * sigmoid(2u) - 1.")
     candidates = {
         "the erf GELU (F.gelu's default), not the tanh approximation": 0.5 * z * (1 + torch.erf(z / 2**0.5)),
         "gelu(a @ b) + bias: the bias was added after GELU": gelu_tanh(acc) + bias,
@@ -44,11 +55,11 @@ def diagnose(out: torch.Tensor, call, evidence) -> str:
     }
     if a.shape[0] <= b.shape[1]:
         candidates["the bias added along rows (bias[row]) instead of columns"] = gelu_tanh(acc + bias[:a.shape[0], None])
-    for words, candidate in candidates.items():
-        if out.shape == candidate.shape and compare(out, candidate, expectation.scale, expectation.tolerance,
-                                                    expectation.slack).passed:
-            return f" Your output matches {words}."
-    return ""
+    matches = [words for words, candidate in candidates.items()
+               if out.shape == candidate.shape and compare(out, candidate, expectation.scale, expectation.tolerance,
+                                                           expectation.slack).passed]
+    # Two mistakes that give the same values here (bias[0] = 0 on rows is no bias) cannot be told apart.
+    return f" Your output matches {matches[0]}." if len(matches) == 1 else ""
 
 
 def _floor_bytes(shape: tuple[int, ...], dtype: str) -> dict[str, int]:

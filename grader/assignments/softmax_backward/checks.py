@@ -157,7 +157,8 @@ def diagnose_half_precision(got: torch.Tensor, call: PlannedCall, y: torch.Tenso
     subtraction_in_dtype = y * (g - dot32.to(dtype))
     if compare(got, subtraction_in_dtype.double(), scale, call.tolerance, slack).passed:
         return (f" Your output matches y*(g - dot) with dot rounded to {name} before the subtraction: dot was"
-                f" held in {name} (g - dot in half precision, or the row sum accumulated in {name}). Keep dot and"
+                f" held in {name} (g - dot in half precision, or the row sum accumulated in {name}: a running"
+                f" total whose error here is no more than that one rounding). Keep dot and"
                 f" g - dot in fp32 and round only the result to {name}.")
     if explained and beyond > 2:
         return accumulated
@@ -166,8 +167,13 @@ def diagnose_half_precision(got: torch.Tensor, call: PlannedCall, y: torch.Tenso
 
 def diagnose(got: torch.Tensor, call: PlannedCall, evidence: CheckEvidence) -> str:
     """Name the common mistake the output matches, if any (a hint, not a verdict): a wrong
-    formula (sum(g) for sum(y*g), flipped sign, no dot term, wrong axis, all zeros) or
-    half-precision arithmetic (diagnose_half_precision)."""
+    formula (sum(g) for sum(y*g), a flipped sign, no dot term, wrong axis, all zeros) or
+    half-precision arithmetic (diagnose_half_precision).
+
+    Half-precision arithmetic is not named where autograd_fp32 failed: a kernel whose fp32
+    outputs are wrong has a formula error, which the fitted per-row offset of
+    diagnose_half_precision can mimic (y*(g + dot) is y*(g - dot) with an offset of 2*dot per
+    row), and fp16 rounding cannot explain an fp32 failure."""
     if not all(isinstance(a, TensorSpec) for a in call.args[:2]):
         return ""
     y_given = evidence.bank.values_of(call.args[0])
@@ -177,6 +183,7 @@ def diagnose(got: torch.Tensor, call: PlannedCall, evidence: CheckEvidence) -> s
     candidates = {
         "y*(g - sum(g)): the reduction must be sum(y*g), not sum(g)": y64 * (g64 - g64.sum(-1, keepdim=True)),
         "y*(sum(y*g) - g): the sign of the subtraction is flipped": y64 * ((y64 * g64).sum(-1, keepdim=True) - g64),
+        "y*(g + sum(y*g)): the sign of the dot term is flipped": y64 * (g64 + (y64 * g64).sum(-1, keepdim=True)),
         "y*g: the dot term is missing": y64 * g64,
         "the sum ran along dim 0 (columns) instead of the last dim": y64 * (g64 - (y64 * g64).sum(0, keepdim=True)),
         "all zeros": torch.zeros_like(y64),
@@ -184,6 +191,9 @@ def diagnose(got: torch.Tensor, call: PlannedCall, evidence: CheckEvidence) -> s
     for description, candidate in candidates.items():
         if got.shape == candidate.shape and compare(got, candidate, scale, call.tolerance).passed:
             return f" Your output matches {description}."
+    fp32 = evidence.earlier.get("autograd_fp32")  # absent (not evaluated): as in hint_for, not a failure
+    if fp32 is not None and not fp32.passed and not fp32.skipped:
+        return ""
     return diagnose_half_precision(got, call, y_given, g_given)
 
 

@@ -139,9 +139,18 @@ def _inputs_of(call: PlannedCall, evidence: CheckEvidence) -> tuple[torch.Tensor
 
 
 def diagnose(got: torch.Tensor, call: PlannedCall, evidence: CheckEvidence) -> str:
-    """Name the common mistake the output matches, if any (a hint, not a verdict)."""
+    """Name the common mistake the output matches, if any (a hint, not a verdict): exp
+    overflowing on large logits (NaN or inf only on rows whose logits exp cannot hold), or a
+    known wrong formula."""
     x64, t, grad, ignore_index = _inputs_of(call, evidence)
     m, c = x64.shape
+    bad_rows = ~torch.isfinite(got.double()).all(dim=-1) if got.dim() == 2 and got.shape[0] == m else None
+    if bad_rows is not None and bool(bad_rows.any()) and bool(torch.isfinite(x64).all()):
+        # exp(x) overflows fp32 past log(fp32 max) = 88.72; a max-subtracted exp never does.
+        overflow = x64.abs().amax(dim=-1) > math.log(torch.finfo(torch.float32).max)
+        if bool(overflow[bad_rows].all()):
+            return (f" Your output is NaN or inf on {int(bad_rows.sum())} rows, each with logits beyond +-88.7,"
+                    f" where exp(x) overflows fp32 (and exp(-x) underflows to 0): subtract the row max before exp.")
     valid = (t != ignore_index).unsqueeze(1)
     n_valid = int(valid.sum())
     p = torch.softmax(x64, dim=-1)

@@ -2,6 +2,8 @@
 contiguous b, wrong for a transposed b (strides (1, K)) or a strided view.
 
 Expected failed checks: strided_inputs
+
+Expected hint: stride
 """
 import torch
 import triton

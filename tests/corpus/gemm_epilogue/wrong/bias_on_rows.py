@@ -3,6 +3,8 @@ instead of bias[col], as if out were transposed.
 
 Expected failed checks: example_small, float16_values, epilogue_values, fp32_accumulation, strided_inputs, edge_shapes,
     fresh_results
+
+Expected hint: none
 """
 import torch
 import triton

@@ -6,6 +6,8 @@ cancelling inputs of fp32_accumulation (K = 256) the partial sum after the first
 times the result and its rounding several times the bound.
 
 Expected failed checks: fp32_accumulation
+
+Expected hint: accumulator in fp32
 """
 import torch
 import triton

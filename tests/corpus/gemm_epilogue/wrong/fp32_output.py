@@ -2,6 +2,8 @@
 
 Expected failed checks: example_small, float16_values, epilogue_values, fp32_accumulation, strided_inputs,
     output_contract, edge_shapes, fresh_results
+
+Expected hint: came back as float32
 """
 import torch
 import triton

@@ -3,6 +3,8 @@ gelu(a @ b) + bias instead of gelu(a @ b + bias).
 
 Expected failed checks: example_small, float16_values, epilogue_values, fp32_accumulation, strided_inputs,
     edge_shapes, fresh_results
+
+Expected hint: bias was added after gelu
 """
 import torch
 import triton

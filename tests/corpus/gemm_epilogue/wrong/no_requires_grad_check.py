@@ -2,6 +2,8 @@
 result silently has no autograd history).
 
 Expected failed checks: rejects_requires_grad
+
+Expected hint: requires grad
 """
 import torch
 import triton

@@ -3,6 +3,8 @@ the result: the values are right, but the work is not done by the Triton launche
 replaying them alone on new inputs copies a buffer nobody refilled.
 
 Expected failed checks: triton_kernel
+
+Expected hint: outside triton
 """
 import torch
 import torch.nn.functional as F

@@ -3,6 +3,8 @@
 the end of a's rows and b's columns (the next row's values, or the grader's NaN guards).
 
 Expected failed checks: example_small, float16_values, epilogue_values, strided_inputs, edge_shapes
+
+Expected hint: read outside its inputs
 """
 import torch
 import triton

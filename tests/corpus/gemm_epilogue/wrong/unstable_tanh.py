@@ -2,6 +2,8 @@
 once |z| > 11, and inf/inf is NaN (the checks put some columns' bias at +-64).
 
 Expected failed checks: float16_values, epilogue_values, strided_inputs, edge_shapes, fresh_results
+
+Expected hint: overflows
 """
 import torch
 import triton

@@ -3,6 +3,8 @@ the row (sum / N): right only when N is a multiple of the block size.
 
 Expected failed checks: autograd_fp32, half_precision, central_difference_dx, dx_row_sum,
     strided_inputs, edge_shapes
+
+Expected hint: none
 """
 import torch
 import triton

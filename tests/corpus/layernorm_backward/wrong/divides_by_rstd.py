@@ -3,6 +3,8 @@
 
 Expected failed checks: autograd_fp32, half_precision, central_difference_dx,
     central_difference_dw, dx_xhat_sum, strided_inputs, edge_shapes, fresh_results
+
+Expected hint: rstd was used as the standard deviation
 """
 import torch
 import triton

@@ -2,6 +2,8 @@
 values are right, but replaying the Triton launches alone leaves dw and db unwritten.
 
 Expected failed checks: triton_kernel
+
+Expected hint: outside triton
 """
 import torch
 import triton

@@ -3,6 +3,8 @@ adding them (no lock, no atomics): on a GPU a race, under any order the last row
 
 Expected failed checks: autograd_fp32, half_precision, central_difference_dw, strided_inputs,
     edge_shapes, fresh_results
+
+Expected hint: none
 """
 import torch
 import triton

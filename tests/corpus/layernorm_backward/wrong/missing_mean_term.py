@@ -3,6 +3,8 @@ the backward of dividing by the standard deviation only (as if the mean did not 
 
 Expected failed checks: autograd_fp32, half_precision, central_difference_dx, dx_row_sum,
     strided_inputs, edge_shapes, fresh_results
+
+Expected hint: mean_j(w*dy) term of dx is missing
 """
 import torch
 import triton

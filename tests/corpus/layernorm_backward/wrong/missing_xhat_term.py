@@ -3,6 +3,8 @@ backward of subtracting the mean only (as if rstd did not depend on x).
 
 Expected failed checks: autograd_fp32, half_precision, central_difference_dx, dx_xhat_sum,
     strided_inputs, edge_shapes, fresh_results
+
+Expected hint: xhat * c1 term of dx is missing
 """
 import torch
 import triton

@@ -1,6 +1,8 @@
 """layernorm_backward with the right values that accepts inputs requiring grad.
 
 Expected failed checks: rejects_requires_grad
+
+Expected hint: requires grad
 """
 import torch
 import triton

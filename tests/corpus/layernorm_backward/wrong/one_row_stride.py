@@ -3,6 +3,8 @@ for X, DY and DX): right while dy and x have one layout, wrong when dy is transp
 strided view and x is not.
 
 Expected failed checks: strided_inputs
+
+Expected hint: stride
 """
 import torch
 import triton

@@ -2,6 +2,8 @@
 rows longer than 4096 lose their tail (dx there is never written; c1, c2, dw and db miss it).
 
 Expected failed checks: half_precision, edge_shapes
+
+Expected hint: unwritten
 """
 import torch
 import triton

@@ -6,6 +6,8 @@ rows included (dx is O(1/N) there, below any fixed atol).
 
 Expected failed checks: example_two_element, autograd_fp32, half_precision, central_difference,
     strided_inputs, edge_shapes, fresh_results
+
+Expected hint: all zeros
 """
 import torch
 import triton

@@ -5,6 +5,8 @@ y's layout: for a transposed y the output is transposed too, not the fresh conti
 the assignment asks for. Contiguous inputs hide it.
 
 Expected failed checks: output_contract
+
+Expected hint: empty_like
 """
 import torch
 import triton

@@ -6,6 +6,8 @@ the value checks can.
 
 Expected failed checks: example_two_element, autograd_fp32, half_precision, central_difference,
     strided_inputs, edge_shapes, fresh_results
+
+Expected hint: sign
 """
 import torch
 import triton

@@ -3,6 +3,8 @@
 The values are right; the contract says the output keeps the input dtype.
 
 Expected failed checks: half_precision, strided_inputs, output_contract
+
+Expected hint: came back as float32
 """
 import torch
 import triton

@@ -7,6 +7,8 @@ rounds to an fp16 ulp of the total (2^-9 near 3) and the error in dot, times y, 
 fp32 and bf16 inputs use an fp32 total and are right.
 
 Expected failed checks: half_precision, strided_inputs
+
+Expected hint: accumulate y*g in fp32
 """
 import torch
 import triton

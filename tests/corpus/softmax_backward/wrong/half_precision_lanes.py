@@ -11,6 +11,8 @@ representable products (half_precision, and strided_inputs' fp16 case, 4096 colu
 fp16 additions: 2 to 100 times what an fp32 sum can be off by.
 
 Expected failed checks: half_precision, strided_inputs
+
+Expected hint: accumulate y*g in fp32
 """
 import torch
 import triton

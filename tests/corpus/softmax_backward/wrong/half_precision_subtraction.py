@@ -7,6 +7,8 @@ an ulp of |dot|, far more than the one rounding of the result the assignment all
 inputs are right; the float16 case of strided_inputs shows it too.
 
 Expected failed checks: half_precision, strided_inputs
+
+Expected hint: rounded to float16 before the subtraction
 """
 import torch
 import triton

@@ -5,6 +5,8 @@ were contiguous, so every strided case reads the wrong elements (and the NaN pad
 them).
 
 Expected failed checks: strided_inputs
+
+Expected hint: own strides
 """
 import torch
 import triton

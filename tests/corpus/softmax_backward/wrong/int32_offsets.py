@@ -8,6 +8,8 @@ tensors below 2^31 elements passes; only the GPU-only large_offsets check, (6554
 float16, shows it (on the CPU interpreter that check is skipped, so this file passes there).
 
 Expected failed checks: large_offsets
+
+Expected hint: int32
 """
 import torch
 import triton

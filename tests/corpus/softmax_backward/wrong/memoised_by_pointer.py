@@ -6,6 +6,8 @@ launched for the cached calls. (Each first call is computed by its kernel, so re
 recorded launches reproduces it: triton_kernel passes; fresh_results catches the cache.)
 
 Expected failed checks: fresh_results
+
+Expected hint: cache
 """
 import torch
 import triton

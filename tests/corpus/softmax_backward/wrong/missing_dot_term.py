@@ -4,6 +4,8 @@ Elementwise 1-D kernel over the flattened (M, N) index space; no reduction at al
 
 Expected failed checks: example_two_element, autograd_fp32, half_precision, central_difference,
     row_sum_invariant, strided_inputs, edge_shapes, fresh_results
+
+Expected hint: dot term is missing
 """
 import torch
 import triton

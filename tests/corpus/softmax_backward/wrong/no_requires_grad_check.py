@@ -5,6 +5,8 @@ requires_grad=True is silently accepted (the spec asks for an error: this is an 
 not an autograd function).
 
 Expected failed checks: rejects_requires_grad
+
+Expected hint: requires grad
 """
 import torch
 import triton

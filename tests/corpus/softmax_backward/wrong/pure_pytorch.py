@@ -1,6 +1,8 @@
 """softmax_backward written in plain PyTorch: right values, but no Triton kernel at all.
 
 Expected failed checks: triton_kernel
+
+Expected hint: launched no
 """
 import torch
 

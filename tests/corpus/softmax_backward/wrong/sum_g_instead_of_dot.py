@@ -6,6 +6,8 @@ fails except on N = 1 rows (where sum(g) = y*g because y = 1).
 
 Expected failed checks: example_two_element, autograd_fp32, half_precision, central_difference,
     row_sum_invariant, strided_inputs, edge_shapes, fresh_results
+
+Expected hint: not sum(g)
 """
 import torch
 import triton

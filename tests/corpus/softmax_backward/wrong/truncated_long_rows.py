@@ -4,6 +4,8 @@ BLOCK = min(next_power_of_2(N), 16384); columns past the first block are never r
 dot misses them) and never written (torch.empty leaves garbage there).
 
 Expected failed checks: half_precision, edge_shapes
+
+Expected hint: unwritten
 """
 import torch
 import triton

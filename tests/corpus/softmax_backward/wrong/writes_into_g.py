@@ -4,6 +4,8 @@ The values are right (each row's dot is finished before the row is overwritten),
 caller's g is destroyed and the output aliases an input.
 
 Expected failed checks: output_contract
+
+Expected hint: never into an input
 """
 import torch
 import triton

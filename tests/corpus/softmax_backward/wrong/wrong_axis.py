@@ -6,6 +6,8 @@ this computes dx = y * (g - y*g), so even the two-element example is wrong.
 
 Expected failed checks: example_two_element, autograd_fp32, half_precision, central_difference,
     row_sum_invariant, strided_inputs, edge_shapes, fresh_results
+
+Expected hint: dim 0
 """
 import torch
 import triton

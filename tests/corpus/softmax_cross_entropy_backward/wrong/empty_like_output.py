@@ -4,6 +4,8 @@ it is not the fresh contiguous tensor the contract asks for (empty_like preserve
 a dense permuted input; a strided, non-dense x gets a contiguous one).
 
 Expected failed checks: output_contract
+
+Expected hint: empty_like
 """
 import torch
 import triton

@@ -8,6 +8,8 @@ where it does not.
 
 Expected failed checks: example_three_class, autograd_fp32, half_precision, central_difference,
     ignore_index, stability_large_logits, strided_inputs, edge_shapes, fresh_results, triton_kernel
+
+Expected hint: sign
 """
 import torch
 import triton

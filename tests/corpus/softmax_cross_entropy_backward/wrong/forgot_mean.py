@@ -7,6 +7,8 @@ triton_kernel fails too: the calls where the mistake happens to give the right a
 
 Expected failed checks: example_three_class, autograd_fp32, half_precision, central_difference,
     ignore_index, stability_large_logits, strided_inputs, edge_shapes, fresh_results, triton_kernel
+
+Expected hint: without the division by n_valid
 """
 import torch
 import triton

@@ -6,6 +6,8 @@ triton_kernel fails too: the calls where the mistake happens to give the right a
 
 Expected failed checks: autograd_fp32, half_precision, central_difference, ignore_index,
     fresh_results, triton_kernel
+
+Expected hint: upstream gradient grad is missing
 """
 import torch
 import triton

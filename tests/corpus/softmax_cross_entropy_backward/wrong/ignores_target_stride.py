@@ -3,6 +3,8 @@ ignoring t.stride(0). Right for contiguous targets; a strided t (every 3rd eleme
 buffer) gives other memory as targets, so most rows lose their one-hot.
 
 Expected failed checks: strided_inputs
+
+Expected hint: own strides
 """
 import torch
 import triton

@@ -8,6 +8,8 @@ triton_kernel fails too: the calls where the mistake happens to give the right a
 
 Expected failed checks: autograd_fp32, half_precision, central_difference, ignore_index,
     strided_inputs, edge_shapes, fresh_results, triton_kernel
+
+Expected hint: divides by every row
 """
 import torch
 import triton

@@ -6,6 +6,8 @@ new targets (check triton_kernel), the launches read a count buffer nobody refil
 assignment asks for n_valid from the kernels, as the GPU benchmark replays launches alone too.
 
 Expected failed checks: triton_kernel
+
+Expected hint: outside triton
 """
 import torch
 import triton

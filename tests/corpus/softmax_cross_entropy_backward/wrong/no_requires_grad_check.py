@@ -2,6 +2,8 @@
 specification asks for an error: this is an explicit backward function, not an autograd one).
 
 Expected failed checks: rejects_requires_grad
+
+Expected hint: requires grad
 """
 import torch
 import triton

@@ -3,6 +3,8 @@ not ignore_index is silently treated as a class no column matches (dx = p * grad
 that row), where the specification asks for a ValueError.
 
 Expected failed checks: rejects_out_of_range_targets
+
+Expected hint: neither ignore_index nor in
 """
 import torch
 import triton

@@ -3,6 +3,8 @@
 The assignment is to write the kernel; torch.softmax and a scatter do not count.
 
 Expected failed checks: triton_kernel
+
+Expected hint: launched no
 """
 import torch
 

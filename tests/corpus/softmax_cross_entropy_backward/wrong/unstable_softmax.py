@@ -5,6 +5,8 @@ finite in fp32), but exp(1e4) overflows to inf and exp(-1e4) underflows to 0, so
 logits come out NaN.
 
 Expected failed checks: stability_large_logits
+
+Expected hint: subtract the row max
 """
 import torch
 import triton

@@ -11,6 +11,8 @@ row ignored, or a single 1-class row) are replayed on new inputs, where it does 
 Expected failed checks: example_three_class, autograd_fp32, half_precision, central_difference,
     row_sum_invariant, ignore_index, stability_large_logits, strided_inputs, edge_shapes, fresh_results,
     triton_kernel
+
+Expected hint: dim 0
 """
 import torch
 import triton

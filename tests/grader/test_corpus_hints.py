@@ -1,0 +1,142 @@
+"""The first hint of every wrong corpus file's report names that file's bug, and no other.
+
+Each wrong file of each assignment (tests/corpus/<assignment>/wrong/) says in its docstring the
+phrase its report's first hint must contain ("Expected hint: sign"), or "Expected hint: none"
+where no hint can tell its bug from the values. The first hint shown is the summary's
+(grader.contract.summarize: the first failed check's hint or diagnosis). It must contain the
+file's phrase and none of the other files' phrases of that assignment: a hint that names a bug
+the file does not have points the student the wrong way.
+
+The gradings are those of the corpus modules (test_corpus_wrong.py, test_xent_corpus.py,
+test_assignment_corpora.py): the same keys and settings in the session's pool, so each file is
+graded once per session whichever module asks first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from grading_support import (
+    TESTS_DIR,
+    expected_failed_from_docstring,
+    expected_hint_from_docstring,
+    requires_bwrap,
+    settings,
+    skipped_checks,
+    summary,
+)
+
+from grader.assignments.softmax_backward import checks as softmax_checks
+from grader.contract import CheckOutcome, ResultDocument, summarize
+from grader.evaluate import diagnose_coverage
+from grader.plan import CheckEvidence
+
+ASSIGNMENTS = ("softmax_backward", "softmax_cross_entropy_backward", "gemm_epilogue", "layernorm_backward")
+
+
+def _wrong(name: str) -> list[Path]:
+    return sorted((TESTS_DIR / "corpus" / name / "wrong").glob("*.py"))
+
+
+WRONG = [(name, path) for name in ASSIGNMENTS for path in _wrong(name)]
+
+
+def _key(name: str, path: Path) -> str:
+    """The key (and below, the settings) the corpus modules grade this file under."""
+    return f"wrong/{path.name}" if name == "softmax_backward" else f"{name}/wrong/{path.name}"
+
+
+@pytest.fixture(scope="module")
+def graded(gradings):
+    """Every wrong file of every assignment, graded once (seed 0, CPU interpreter)."""
+    for name, path in WRONG:
+        timeout = {} if name == "softmax_cross_entropy_backward" else {"child_timeout_s": 900}
+        gradings.submit(_key(name, path), path, assignment=name, grader_settings=settings(**timeout))
+    return gradings
+
+
+def _other_phrases(name: str, path: Path) -> set[str]:
+    """The bug phrases of the assignment's other wrong files (a phrase the file's own phrase
+    contains, or that contains it, names the same bug)."""
+    own = (expected_hint_from_docstring(path) or "").lower()
+    phrases = {(expected_hint_from_docstring(other) or "").lower() for other in _wrong(name) if other != path}
+    return {p for p in phrases if p and not (own and (p in own or own in p))}
+
+
+@pytest.mark.parametrize("name, path", [pytest.param(n, p, id=f"{n}/{p.stem}") for n, p in WRONG])
+def test_every_wrong_file_names_its_bug_phrase(name: str, path: Path):
+    phrase = expected_hint_from_docstring(path)
+    assert phrase is None or len(phrase) >= 3, f"{path.name}: the phrase {phrase!r} is too short to name a bug"
+
+
+@requires_bwrap
+@pytest.mark.parametrize("name, path", [pytest.param(n, p, id=f"{n}/{p.stem}") for n, p in WRONG])
+def test_the_first_hint_names_the_files_bug_and_no_other(name: str, path: Path, graded):
+    document = graded.result(_key(name, path))
+    shown = summarize(ResultDocument.model_validate(document))
+    phrase = expected_hint_from_docstring(path)
+    if not expected_failed_from_docstring(path) - skipped_checks(document):
+        # Its bug shows only in checks not run here (GPU-only on the CPU interpreter): no failure, no hint.
+        assert shown.check is None and shown.hint is None, summary(document)
+        return
+    hint = (shown.hint or "").lower()
+    if phrase is not None:
+        assert phrase.lower() in hint, f"{shown.check}'s hint does not name {phrase!r}: {shown.hint!r}"
+    named = {other for other in _other_phrases(name, path) if other in hint}
+    assert not named, f"{shown.check}'s hint names {named}, bugs {path.name} does not have: {shown.hint!r}"
+
+
+# ---- the diagnoses behind the hints, on made-up outputs (no child process) ------------------------
+@pytest.fixture(scope="module")
+def softmax_plan():
+    return softmax_checks.build_plan(seed=0, device="cpu")
+
+
+def _evidence(plan, fp32_passed: bool) -> CheckEvidence:
+    earlier = {"autograd_fp32": CheckOutcome(name="autograd_fp32", passed=fp32_passed, message="m")}
+    return CheckEvidence(calls={}, bank=plan.bank, earlier=earlier)
+
+
+def _half_calls(plan):
+    check = next(c for c in plan.checks if c.name == "half_precision")
+    return [c for c in check.calls if plan.bank.values_of(c.args[0]).dtype == torch.float16]
+
+
+def _formula(plan, call, sign: float, factor: float = 1.0) -> torch.Tensor:
+    """y * (g + sign * factor * dot) of the call's inputs, in fp32, stored in their dtype."""
+    y, g = plan.bank.values_of(call.args[0]), plan.bank.values_of(call.args[1])
+    dot = (y.float() * g.float()).sum(dim=-1, keepdim=True)
+    return (y.float() * (g.float() + sign * factor * dot)).to(y.dtype)
+
+
+def test_g_plus_dot_in_fp32_is_named_as_the_sign_not_as_float16_accumulation(softmax_plan):
+    # y*(g + dot) is y*(g - dot) plus a per-row offset 2*dot in the dot: the fitted-offset test of
+    # fp16 accumulation alone would call it that.
+    for call in _half_calls(softmax_plan):
+        text = softmax_checks.diagnose(_formula(softmax_plan, call, +1), call, _evidence(softmax_plan, False))
+        assert "the sign of the dot term is flipped" in text and "float16" not in text, (call.label, text)
+
+
+def test_half_precision_is_not_named_for_a_formula_error_fp32_shows(softmax_plan):
+    # y*(g - 1.5 dot): no known formula, an exact per-row offset in dot; autograd_fp32 fails on it.
+    for call in _half_calls(softmax_plan):
+        wrong = _formula(softmax_plan, call, -1, 1.5)
+        assert softmax_checks.diagnose(wrong, call, _evidence(softmax_plan, False)) == "", call.label
+        # The same offset with fp32 right is what the fp16 diagnosis is for.
+        assert "accumulated in float16" in softmax_checks.diagnose(wrong, call, _evidence(softmax_plan, True))
+
+
+def test_coverage_patterns_on_strided_inputs_are_named_as_strides():
+    expected = torch.ones(4, 8, dtype=torch.float64)
+    rows_off = expected.clone()
+    rows_off[1:] = 5.0  # row 0 (offset 0) right, every later row read at the wrong place
+    ratio = (rows_off - expected).abs() / 1e-3
+    assert "grid that launches too few programs" in diagnose_coverage(rows_off, ratio > 1, expected, ratio)
+    strided = diagnose_coverage(rows_off, ratio > 1, expected, ratio, strided=True)
+    assert "own strides" in strided and "grid" not in strided, strided
+    guards = expected.clone()
+    guards[2, 3] = float("nan")
+    assert "own strides" in diagnose_coverage(guards, ~(guards == expected), expected, strided=True)
+    assert "unwritten" in diagnose_coverage(guards, ~(guards == expected), expected)
