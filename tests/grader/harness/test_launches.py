@@ -67,7 +67,8 @@ SCRIPT = textwrap.dedent('''
         original_right = bool(torch.allclose(out.double(), x.double() * 3, atol=1e-5))
         new = torch.randn(6, 5).t()  # new values, the same layout
         fresh = fresh_buffers(recording, {"arg0": as_bytes(new)}, "cpu")
-        replayed = recorder.replay_interpreted(launches, recording, fresh)
+        outputs = recorder.replay_interpreted(launches, recording, fresh)  # in return order
+        replayed = outputs[0] if outputs else None
         right = replayed is not None and bool(torch.allclose(replayed.double(), new.double() * 3, atol=1e-5))
         results[name] = {"recording": recording, "replay_right": right, "original_right": original_right}
     print(json.dumps(results))
