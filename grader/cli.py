@@ -88,8 +88,8 @@ def _check(args: argparse.Namespace) -> int:
     # Before torch loads (seconds): without a working bwrap no grading can run.
     problem = sandbox_problem(settings)
     if problem is not None:
-        document = ResultDocument(assignment=args.assignment, verdict=Verdict.ERROR, seed=args.seed,
-                                  sandbox=sandbox_label(settings),
+        document = ResultDocument(assignment=args.assignment or DEFAULT_ASSIGNMENT, verdict=Verdict.ERROR,
+                                  seed=args.seed, sandbox=sandbox_label(settings),
                                   error=GradingError(kind=ErrorKind.INFRASTRUCTURE, message=problem))
         _write_json(document, args.json)
         console.print(f"[red]infrastructure error[/]: {escape(problem)}", highlight=False)
@@ -108,7 +108,7 @@ def _check(args: argparse.Namespace) -> int:
 
 def _infrastructure_error(args: argparse.Namespace, reason: str) -> int:
     """Report an infrastructure error before any grading (the JSON document and stderr)."""
-    document = ResultDocument(assignment=args.assignment, verdict=Verdict.ERROR, seed=args.seed,
+    document = ResultDocument(assignment=args.assignment or DEFAULT_ASSIGNMENT, verdict=Verdict.ERROR, seed=args.seed,
                               error=GradingError(kind=ErrorKind.INFRASTRUCTURE, message=reason))
     _write_json(document, args.json)
     print(f"infrastructure error: {reason}", file=sys.stderr)
@@ -151,7 +151,7 @@ def _grade_one(args: argparse.Namespace, console, settings, prestarted) -> int:
         assignment, note = resolve_assignment(args.assignment, path.read_text(encoding="utf-8", errors="replace"))
         if assignment is None:  # as the grader would find it (no such function), with what to pass
             _write_json(ResultDocument(
-                assignment=args.assignment, verdict=Verdict.ERROR, seed=args.seed,
+                assignment=args.assignment or DEFAULT_ASSIGNMENT, verdict=Verdict.ERROR, seed=args.seed,
                 error=GradingError(kind=ErrorKind.MISSING_FUNCTION, message=note)), args.json)
             console.print(f"[red]{path.name}: {note}[/]", highlight=False)
             return ExitCode.SUBMISSION_ERROR

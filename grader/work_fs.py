@@ -99,7 +99,7 @@ def exec_in_work_fs(settings: GraderSettings, argv: list[str]) -> None:
     mount_point = Path(settings.work_root) if settings.work_root else default_mount_point()
     command = work_fs_command([sys.executable, "-m", "grader", *argv], mount_point=mount_point,
                               size_bytes=settings.work_fs_bytes, bwrap=bwrap)
-    probe = work_fs_command(["true"], mount_point=mount_point, size_bytes=1 << 20, bwrap=bwrap)
+    probe = work_fs_command([sys.executable, "-S", "-c", ""], mount_point=mount_point, size_bytes=1 << 20, bwrap=bwrap)
     try:
         result = subprocess.run(probe, capture_output=True, timeout=30, check=False)  # noqa: S603 - argv list
     except (OSError, subprocess.TimeoutExpired) as exc:
