@@ -82,12 +82,15 @@ def allowed_methods(request: Request) -> list[str] | None:
                     for path, operations in request.app.openapi().get("paths", {}).items()]
         request.app.state.allow_patterns = patterns
     path = request.url.path
+    # The most specific documented paths that match decide: a literal path
+    # (``/students/import``) beats ``/students/{id}``, and ``/{name}/extensions/import`` beats
+    # ``/{name}/extensions/{student_id}`` (fewer placeholders).
+    matching = [(template.count("{"), path_methods) for template, pattern, path_methods in patterns
+                if template == path or pattern.match(path)]
+    fewest = min((placeholders for placeholders, _ in matching), default=None)
     methods: set[str] = set()
-    for template, pattern, path_methods in patterns:
-        if template == path:  # a literal path (``/students/import``) beats ``/students/{id}``
-            methods = set(path_methods)
-            break
-        if pattern.match(path):
+    for placeholders, path_methods in matching:
+        if placeholders == fewest:
             methods |= path_methods
     if not methods:
         return None
