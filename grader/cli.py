@@ -339,11 +339,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: The extra each grading command needs, whatever module of it is missing first (the grader
+#: extra brings pydantic-settings too, which EXTRA_FOR_MODULE names as the server's).
+EXTRA_FOR_COMMAND = {"check": "grader", "benchmark": "grader"}
+
+
 def _missing_extra(exc: ModuleNotFoundError, command: str) -> int:
     module = (exc.name or "").split(".")[0]
     extra = EXTRA_FOR_MODULE.get(module)
     if extra is None:
         raise exc
+    extra = EXTRA_FOR_COMMAND.get(command, extra)
     print(f"grader {command} needs the `{extra}` extra ({module} is not installed): "
           f"pip install 'kernel-grader[{extra}]' (from a checkout: pip install -e '.[{extra}]')",
           file=sys.stderr)

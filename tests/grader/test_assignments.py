@@ -87,10 +87,13 @@ def test_the_timed_selection_covers_every_output_and_input(assignment):
         assert [o.name for o in verification.outputs] == [o.name for o in assignment.outputs]
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-def test_the_benchmark_oracle_on_selected_elements_and_the_baseline(assignment, dtype):
-    if dtype not in assignment.benchmark.dtypes:
-        pytest.skip(f"{assignment.manifest.name} is not benchmarked in {dtype}")
+#: (assignment, dtype) for every dtype each assignment is timed in (no dtype it is not timed in).
+TIMED = [(name, dtype) for name in NAMES for dtype in get_assignment(name).benchmark.dtypes]
+
+
+@pytest.mark.parametrize("name, dtype", TIMED)
+def test_the_benchmark_oracle_on_selected_elements_and_the_baseline(name, dtype):
+    assignment = get_assignment(name)
     bench = load_bench_module(assignment.benchmark.bench_file)
     shape = _small(assignment.benchmark.shapes[0])
     inputs = bench.make_inputs(shape, getattr(torch, dtype), 3, "cpu")
