@@ -8,7 +8,7 @@
 #               of each times and caches its peers, as a worker does), then the softmax_backward
 #               reference twice more (the headline's spread), then the correct files whose
 #               arithmetic or wrapper the timed verification must accept, with their benchmark:
-#               aten_arithmetic.py (products rounded to the input dtype) and the two
+#               half_products.py (products rounded to the input dtype) and the two
 #               .contiguous() library wrappers.
 #   styles      scripts/gpu_styles.py over softmax_backward's correct corpus and the GPU-relevant
 #               wrong kernels (grading time per file, benchmark off; 60 s target), then every
@@ -50,7 +50,7 @@ for step in "$@"; do
             for run in 1 2; do
                 grade "$dir" "reference_softmax_backward_again$run" softmax_backward grader/assignments/softmax_backward/reference.py on
             done
-            for name in aten_arithmetic library_autotuned_whole_row library_two_rows_per_program; do
+            for name in half_products library_autotuned_whole_row library_two_rows_per_program; do
                 grade "$dir" "correct_$name" softmax_backward "tests/corpus/softmax_backward/correct/$name.py" on
             done
             ;;
