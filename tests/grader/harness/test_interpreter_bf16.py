@@ -47,6 +47,27 @@ SCRIPT = textwrap.dedent('''
         i = tl.arange(0, N)
         tl.store(prod_ptr + i, tl.load(a_ptr + i) * tl.load(b_ptr + i))
 
+    @triton.jit
+    def column_sums(x_ptr, sums_ptr, n_cols, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols)
+        tl.atomic_add(sums_ptr + cols % 4, x, mask=cols < n_cols)  # 4 addresses, each hit n/4 times
+
+    def atomics(dtype):
+        torch.manual_seed(1)
+        x = torch.randn(6, 10).to(dtype)
+        sums = torch.zeros(5, dtype=dtype)  # sums[4] is never addressed
+        try:
+            column_sums[(6,)](x, sums, 10, BLOCK=16)
+        except Exception as exc:
+            return {"error": str(exc)[:300]}
+        expected = torch.zeros(5, dtype=dtype)
+        for row in range(6):  # one add at a time, each rounded, in program and element order
+            for col in range(10):
+                expected[col % 4] = (expected[col % 4].float() + x[row, col].float()).to(dtype)
+        return {"equal": torch.equal(sums, expected), "got": sums.tolist(), "expected": expected.tolist()}
+
     def probe():
         a, b = torch.tensor([0.75, 2.0], dtype=torch.bfloat16), torch.tensor([-1.0, 0.5], dtype=torch.bfloat16)
         out = torch.empty_like(a)
@@ -68,8 +89,10 @@ SCRIPT = textwrap.dedent('''
                 "sum_error": abs(total.item() - (a * b).double().sum().item()),
                 "dot_error": (dot.double() - (m @ m).double()).abs().max().item()}
 
-    results = {"before": probe()}
+    results = {"before": probe(), "atomics_before": atomics(torch.bfloat16)}
     interpreter_bf16.install()
+    results["atomics_bf16"] = atomics(torch.bfloat16)
+    results["atomics_fp16"] = atomics(torch.float16)
     results["bf16"] = run(torch.bfloat16)
     results["fp16"] = run(torch.float16)
     print(json.dumps(results))
@@ -98,6 +121,18 @@ def test_bf16_arithmetic_through_fp32_matches_pytorch_bit_for_bit(results):
     # A bf16 sum rounds after every add (as a GPU's bf16 reduction does): a few bf16 ulps of
     # the partial sums (|sum| < 64: ulp <= 0.25) off the exact total, not garbage.
     assert bf16["sum_error"] < 1.0, bf16
+
+
+def test_bf16_atomic_add_is_refused_by_the_interpreter_alone(results):
+    """Without the patch the interpreter cannot run a bf16 ``tl.atomic_add`` at all."""
+    assert "Unsupported data type" in results["atomics_before"].get("error", ""), results["atomics_before"]
+
+
+def test_bf16_atomic_add_rounds_each_add_as_the_gpu_does(results):
+    """Many programs and repeated addresses inside one block (``cols % 4``), masked lanes: the
+    sums equal one add at a time rounded to bf16, and an address no lane names is untouched."""
+    assert results["atomics_bf16"].get("equal"), results["atomics_bf16"]
+    assert results["atomics_fp16"].get("equal"), results["atomics_fp16"]  # fp16: the interpreter's own
 
 
 def test_fp16_is_left_as_the_interpreter_computes_it(results):
