@@ -31,6 +31,7 @@ from api.schemas import (
     SubmissionSummary,
 )
 from grader.manifest import get_manifest
+from grader.stages import GradingStage
 from submissions import repository
 from submissions.grades import AssignmentRules
 from submissions.lateness import is_late
@@ -150,17 +151,29 @@ def grading_progress(session: Session, submission: Submission, *, limit_s: float
                      now: dt.datetime) -> GradingProgress | None:
     """Where the submission's current grading stands while queued or running (None once it
     is finished): its queue position (repository.queue_position), or the seconds since a
-    worker claimed it and `limit_s`, the worker's limit (settings.grader_timeout_s)."""
+    worker claimed it and `limit_s`, the worker's limit (settings.grader_timeout_s), with the
+    stage the grader reported last (grader/stages.py) and the seconds since it began."""
     grading = submission.current_grading
     if grading is None or grading.status not in ("queued", "running"):
         return None
     if grading.status == "queued":
         return GradingProgress(phase="queued", queue_position=repository.queue_position(session, grading=grading))
-    started = grading.started_at
-    if started is not None and started.tzinfo is None:
-        started = started.replace(tzinfo=dt.UTC)
-    elapsed = max(0.0, (now - started).total_seconds()) if started is not None else None
-    return GradingProgress(phase="running", elapsed_s=elapsed, limit_s=limit_s)
+    elapsed = _seconds_since(grading.started_at, now)
+    try:
+        stage = GradingStage(grading.stage) if grading.stage else None
+    except ValueError:  # a stage a newer grader wrote: shown as running, without it
+        stage = None
+    return GradingProgress(phase="running", elapsed_s=elapsed, limit_s=limit_s, stage=stage,
+                           stage_label=stage.label if stage is not None else None,
+                           stage_elapsed_s=_seconds_since(grading.stage_started_at, now) if stage else None)
+
+
+def _seconds_since(moment: dt.datetime | None, now: dt.datetime) -> float | None:
+    if moment is None:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return max(0.0, (now - moment).total_seconds())
 
 
 def grading_read(grading: Grading, *, rules: AssignmentRules, staff_view: bool) -> GradingRead:

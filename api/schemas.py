@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
 from grader.manifest import MANIFESTS
+from grader.stages import GradingStage
 
 Role = Literal["student", "ta", "instructor"]
 StaffRoleName = Literal["instructor", "ta"]
@@ -350,12 +351,19 @@ class GradingProgress(BaseModel):
         queue_position: while queued, its place in the claim order (1: next), else None.
         elapsed_s: while running, seconds since the worker claimed it.
         limit_s: while running, the worker's wall-clock limit for one grading, seconds.
+        stage: while running, the stage the grader reported last (grader/stages.py:
+            ``preparing``, ``compiling``, ``checks``, ``benchmark``), or None before its first.
+        stage_label: that stage in words (``compiling your kernels``).
+        stage_elapsed_s: seconds since the grading entered that stage.
     """
 
     phase: Literal["queued", "running"]
     queue_position: int | None = None
     elapsed_s: float | None = None
     limit_s: float | None = None
+    stage: GradingStage | None = None
+    stage_label: str | None = None
+    stage_elapsed_s: float | None = None
 
 
 class SubmissionRead(SubmissionSummary):

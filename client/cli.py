@@ -114,14 +114,15 @@ def _exit_code(status: str) -> int:
 
 def progress_line(submission: SubmissionRead, *, waited_s: float) -> str:
     """What ``grader submit`` shows while it waits: ``queued (number 3 in the queue) ... 12 s``
-    or ``running: the checks, then on a GPU the benchmark (attempt 1; 40 s of at most 1800 s)``
+    or ``running: compiling your kernels (attempt 1; 40 s of at most 1800 s)``, the grader's
+    stage (``running: the checks, then on a GPU the benchmark ...`` before it reports one)
     (the API's ``progress``; an older server without it: the status and the time waited)."""
     progress = submission.progress
     if submission.status == "running":
         if progress is not None and progress.elapsed_s is not None:
             limit = f" of at most {progress.limit_s:g} s" if progress.limit_s else ""
-            return (f"running: the checks, then on a GPU the benchmark (attempt {submission.attempts}; "
-                    f"{progress.elapsed_s:.0f} s{limit})")
+            doing = progress.stage_label or "the checks, then on a GPU the benchmark"
+            return f"running: {doing} (attempt {submission.attempts}; {progress.elapsed_s:.0f} s{limit})"
         return f"running (attempt {submission.attempts}) ... {waited_s:.0f} s"
     place = (f" (number {progress.queue_position} in the queue)"
              if progress is not None and progress.queue_position else "")

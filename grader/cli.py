@@ -22,6 +22,7 @@ from pathlib import Path
 
 from grader.contract import ErrorKind, ExitCode, GradeJob, GradingError, ResultDocument, Verdict
 from grader.manifest import DEFAULT_ASSIGNMENT, MANIFESTS, get_manifest, resolve_assignment
+from grader.stages import STAGE_FILE_VARIABLE, stage_file_writer
 
 #: Command -> (module, function, help). Loaded only when the command runs.
 COMMAND_MODULES = {
@@ -158,9 +159,11 @@ def _grade_one(args: argparse.Namespace, console, settings, prestarted) -> int:
         if note and not args.quiet:
             console.print(f"[dim]{note}[/]", highlight=False)
         args.assignment = assignment
+    stage_file = os.environ.get(STAGE_FILE_VARIABLE)
     try:
         document = grade_file(path, assignment=args.assignment, device=args.device, seed=args.seed,
-                              settings=settings, benchmark=args.benchmark, prestarted=prestarted)
+                              settings=settings, benchmark=args.benchmark, prestarted=prestarted,
+                              on_stage=stage_file_writer(Path(stage_file)) if stage_file else None)
     except Exception as exc:  # noqa: BLE001 - any failure of the grader itself is ours, never the student's
         reason = str(exc) if isinstance(exc, InfrastructureError) else f"grader failure: {type(exc).__name__}: {exc}"
         document = ResultDocument(assignment=args.assignment, verdict=Verdict.ERROR, seed=args.seed,

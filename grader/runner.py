@@ -15,6 +15,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,6 +50,7 @@ from grader.plan import CallEvidence, CheckEvidence, Plan
 from grader.sandbox import ChildOutcome, SandboxUnavailable, run_sandboxed, stage_harness
 from grader.settings import GraderSettings, first_call_limit_s
 from grader.source_validation import SourceRejected, validate_source
+from grader.stages import GradingStage, report_stage, stage_listener
 from grader.version import grader_version, package_version
 from grader.work_fs import work_folder_full
 
@@ -259,6 +261,7 @@ def _run_child(plan: Plan, assignment: Assignment, source: str, *, isolated: boo
     try:
         outcome = run_sandboxed(harness=harness_dir / "check_child.py", workdir=workdir, device=device,
                                 settings=settings, args=[str(workdir)], cache_dir=cache_dir, progress=True,
+                                reports_stages=not isolated,
                                 compile_budget_s=settings.compile_budget_s, cancel=cancel,
                                 first_call_limit_s=None if isolated else first_call_limit_s(settings, device))
     except SandboxUnavailable as exc:
@@ -303,6 +306,7 @@ class PrestartedChild:
             self._outcome = run_sandboxed(
                 harness=harness / "check_child.py", workdir=self.workdir, device=self.device, settings=self.settings,
                 args=[str(self.workdir), "--started-ahead"], cache_dir=self.cache_dir, progress=True,
+                reports_stages=True,
                 compile_budget_s=self.settings.compile_budget_s, cancel=self._cancel,
                 idle_s=lambda now: (self._handed or now) - self._started,
                 first_call_limit_s=first_call_limit_s(self.settings, self.device))
@@ -692,6 +696,8 @@ def _finish_replay(sent, timing, evidence_calls: dict, replay_process, run: _Run
         replay_process.send_benchmark(None)
     elif not others_passed:
         replay_process.stop_benchmark()
+    else:
+        report_stage(GradingStage.BENCHMARK)  # the timing now decides when the grading ends
     replay = replay_process.wait()
     inject(evidence_calls, replay, [call.call_id for call in check_calls])
     run.replay = replay if benchmark_part is not None and others_passed else None
@@ -709,6 +715,7 @@ def grade_source(
     benchmark_options=None,
     peers: dict | None = None,
     prestarted: PrestartedChild | None = None,
+    on_stage: Callable[[GradingStage], None] | None = None,
 ) -> ResultDocument:
     """Grade one submission's source text and return the result document.
 
@@ -725,6 +732,9 @@ def grade_source(
         prestarted: the main check child started ahead of this job (the warm grader's); it
             runs the checks when it still waits and was started for this device, and is closed
             here in any case.
+        on_stage: called with each stage the grading enters (grader/stages.py: preparing,
+            compiling, checks, benchmark; forward only, each at most once), from a grader
+            thread; a label for the student, never part of the result.
 
     Returns:
         The ResultDocument, verdict ``passed``, ``failed`` or ``error``.
@@ -735,9 +745,11 @@ def grade_source(
             itself failed; no verdict is possible.
     """
     try:
-        return _grade_source(source, assignment=assignment, device=device, seed=seed, settings=settings,
-                             benchmark=benchmark, benchmark_options=benchmark_options, peers=peers,
-                             prestarted=prestarted)
+        with stage_listener(on_stage):
+            report_stage(GradingStage.PREPARING)
+            return _grade_source(source, assignment=assignment, device=device, seed=seed, settings=settings,
+                                 benchmark=benchmark, benchmark_options=benchmark_options, peers=peers,
+                                 prestarted=prestarted)
     finally:
         if prestarted is not None:
             prestarted.close()

@@ -32,6 +32,7 @@ from grader.bwrap import SandboxUnavailable, resolve_bwrap
 from grader.harness.protocol import CompileMark
 from grader.openmp import OMP_WAIT_POLICY
 from grader.settings import GraderSettings
+from grader.stages import GradingStage, report_stage
 
 # Packages of this project that must never be visible to the child (the reference solution
 # lives in grader/assignments/). Masked with an empty tmpfs if they sit inside a bound path.
@@ -188,6 +189,10 @@ def _phase_mark(line: str) -> str | None:
     return "call" if line.startswith("call ") else None
 
 
+#: Progress marks of the main check child -> the grading stage they start.
+_STAGE_OF_MARK = {"precompile": GradingStage.COMPILING, "call": GradingStage.CHECKS}
+
+
 class ProgressLines(threading.Thread):
     """Reads the child's progress pipe: the first line, the last line, whether ``done`` came,
     and how long the child spent compiling.
@@ -202,9 +207,12 @@ class ProgressLines(threading.Thread):
     At most ``cap_bytes`` are parsed; the rest is drained and dropped.
     """
 
-    def __init__(self, fd: int, cap_bytes: int = 1 << 20) -> None:
+    def __init__(self, fd: int, cap_bytes: int = 1 << 20, *, reports_stages: bool = False) -> None:
         super().__init__(daemon=True)
         self.fd = fd
+        #: The main check child's: its ``precompile`` and first ``call`` lines move the grading's
+        #: stage (grader/stages.py) to compiling and checks, a label for the student only.
+        self.reports_stages = reports_stages
         self.cap_bytes = cap_bytes
         self.first: str | None = None
         self.last: str | None = None
@@ -333,6 +341,8 @@ class ProgressLines(threading.Thread):
                     mark = _phase_mark(line)
                     if mark is not None and mark not in self.marks:
                         self.marks[mark] = now
+                        if self.reports_stages and mark in _STAGE_OF_MARK:
+                            report_stage(_STAGE_OF_MARK[mark])
         # The pipe closed (the child exited or was killed) inside a compilation: it ended now.
         while self.compiling:
             self._compile_event(COMPILE_END, time.monotonic())
@@ -840,6 +850,7 @@ def run_sandboxed(
     idle_s: Callable[[float], float] | None = None,
     cancel: threading.Event | None = None,
     first_call_limit_s: float | None = None,
+    reports_stages: bool = False,
 ) -> ChildOutcome:
     """Run ``python -I harness args...`` as the untrusted child and wait for it.
 
@@ -868,6 +879,8 @@ def run_sandboxed(
             ``FIRST_CALL_WALL_FACTOR`` times as many wall seconds), compile time left out
             (``_FirstCallWatch``): a kernel that never returns ends in seconds, not at
             ``child_timeout_s``. None: no such limit.
+        reports_stages: with ``progress``, the child's progress moves the grading's stage
+            (grader/stages.py): the main check child's, not the isolated one's.
         cache_dir: the submission's own Triton cache folder, bound read-write, so the check run
             and the benchmark run of one grading compile each kernel once. Never shared between
             submissions (a shared cache could be poisoned). None: a fresh one in the child's /tmp.
@@ -952,7 +965,7 @@ def run_sandboxed(
     progress_lines = None
     if progress_write is not None:
         os.close(progress_write)  # the child holds the only write end now
-        progress_lines = ProgressLines(progress_read)
+        progress_lines = ProgressLines(progress_read, reports_stages=reports_stages)
         progress_lines.start()
 
     killed_for: list[str] = []

@@ -23,7 +23,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from grader.contract import CheckOutcome, ExitCode, GradeJob, ResultDocument
+from grader.stages import STAGE_FILE_NAME, STAGE_FILE_VARIABLE, StageReport, read_stage_file
 from submissions.models import SubmissionStatus
 from submissions.settings import Settings
 from submissions.storage import GradingWorkspace, cap_text, grading_workspace, read_capped
@@ -222,6 +223,8 @@ def _start_grader(command: list[str], workspace_root: os.PathLike[str], stdout_p
         work_root = Path(workspace_root) / "work"
         work_root.mkdir(mode=0o700, exist_ok=True)
         environment["GRADER_WORK_ROOT"] = str(work_root)
+    # Where the grader writes the stage it is in (grader/stages.py); _wait_for_grader polls it.
+    environment[STAGE_FILE_VARIABLE] = str(Path(workspace_root) / STAGE_FILE_NAME)
     with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
         try:
             return subprocess.Popen(  # noqa: S603 - argv list, no shell
@@ -327,6 +330,7 @@ def run_grader(
     seed: int,
     cancel: threading.Event,
     warm: WarmGrader | None = None,
+    on_stage: Callable[[StageReport], None] | None = None,
 ) -> GradingOutcome:
     """Grade one submission in a `grader check` subprocess and return its outcome.
 
@@ -335,7 +339,8 @@ def run_grader(
     directory, and a scrubbed environment. ``warm``: a grader started before the job, used
     when it still runs (else one is started as usual); it is closed here, whatever happens.
     The call blocks (up to ``settings.grader_timeout_s`` from the job's start); setting
-    `cancel` from another thread kills the whole process group.
+    `cancel` from another thread kills the whole process group. ``on_stage``: called (in this
+    thread) with each new stage the grader reports (grader/stages.py ``StageReport``).
 
     Raises:
         InfrastructureFailure: the grading broke for reasons outside the submission.
@@ -346,7 +351,7 @@ def run_grader(
             started = time.monotonic()
             workspace = warm.hand_over(assignment=assignment, source_text=source_text, seed=seed)
             if workspace is not None:
-                return _wait_for_grader(settings, warm.process, workspace, cancel, started=started)
+                return _wait_for_grader(settings, warm.process, workspace, cancel, started=started, on_stage=on_stage)
         finally:
             warm.close()
     with grading_workspace(assignment=assignment, source_text=source_text) as workspace:
@@ -356,16 +361,23 @@ def run_grader(
         started = time.monotonic()
         process = _start_grader(command, workspace.root, workspace.stdout_path, workspace.stderr_path,
                                 stdin=subprocess.DEVNULL)
-        return _wait_for_grader(settings, process, workspace, cancel, started=started)
+        return _wait_for_grader(settings, process, workspace, cancel, started=started, on_stage=on_stage)
 
 
 def _wait_for_grader(settings: Settings, process: subprocess.Popen[bytes], workspace: GradingWorkspace,
-                     cancel: threading.Event, *, started: float) -> GradingOutcome:
+                     cancel: threading.Event, *, started: float,
+                     on_stage: Callable[[StageReport], None] | None = None) -> GradingOutcome:
     """Wait for a started grader (up to ``settings.grader_timeout_s`` after ``started``) and
-    interpret what it left."""
+    interpret what it left; each new stage in its stage file goes to ``on_stage``."""
     deadline = started + settings.grader_timeout_s
     timed_out = False
+    stage_file, seen = workspace.root / STAGE_FILE_NAME, None
     while process.poll() is None:
+        if on_stage is not None:
+            report = read_stage_file(stage_file)
+            if report is not None and report.stage != seen:
+                seen = report.stage
+                on_stage(report)
         if cancel.wait(0.1):
             _kill_process_group(process)
             raise GradingCancelled("grading cancelled by the worker")

@@ -322,6 +322,9 @@ class Grading(Base):
     lease_token: Mapped[str | None] = mapped_column(String(64))
     lease_expires_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
     started_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+    # While running: the stage the grader reported last (grader/stages.py) and when it began.
+    stage: Mapped[str | None] = mapped_column(String(16))
+    stage_started_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
     finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
     last_attempt_error: Mapped[str | None] = mapped_column(Text)
 

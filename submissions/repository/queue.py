@@ -69,6 +69,7 @@ __all__ = [
     "queue_position",
     "record_grading_outcome",
     "record_infrastructure_failure",
+    "record_stage",
     "release_claim",
     "renew_lease",
     "requeue_expired_leases",
@@ -182,6 +183,8 @@ def claim_next_submission(
             lease_token=lease_token,
             lease_expires_at=now + dt.timedelta(seconds=lease_s),
             started_at=now,
+            stage=None,
+            stage_started_at=None,
         )
         .returning(
             Grading.id, Grading.submission_id, Grading.attempts, Grading.seed, Grading.purpose
@@ -225,6 +228,20 @@ def renew_lease(
         update(Grading)
         .where(_held_lease(submission_id, lease_token))
         .values(lease_expires_at=now + dt.timedelta(seconds=lease_s))
+        .execution_options(synchronize_session=False)
+    )
+    return result.rowcount == 1
+
+
+def record_stage(
+    session: Session, *, submission_id: int, lease_token: str, stage: str, started_at: dt.datetime
+) -> bool:
+    """Store the stage a running grading entered (grader/stages.py), only while its lease is
+    held. Returns False when it is not (the caller ignores that: the lease loop decides)."""
+    result = session.execute(
+        update(Grading)
+        .where(_held_lease(submission_id, lease_token))
+        .values(stage=stage, stage_started_at=started_at)
         .execution_options(synchronize_session=False)
     )
     return result.rowcount == 1

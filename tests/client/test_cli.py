@@ -115,6 +115,11 @@ def test_the_wait_shows_the_queue_position_then_the_time_running_and_its_limit()
         "running: the checks, then on a GPU the benchmark (attempt 1; 40 s of at most 1800 s)")
     older_server = _submission(status="running", result=None, score=None)
     assert progress_line(older_server, waited_s=7) == "running (attempt 1) ... 7 s"
+    compiling = _submission(status="running", result=None, score=None,
+                            progress={"phase": "running", "elapsed_s": 9.6, "limit_s": 1800, "stage": "compiling",
+                                      "stage_label": "compiling your kernels", "stage_elapsed_s": 3.0})
+    assert progress_line(compiling, waited_s=11) == (
+        "running: compiling your kernels (attempt 1; 10 s of at most 1800 s)")
 
 
 def test_a_fetched_failed_report_links_its_first_check_to_the_services_page() -> None:

@@ -303,7 +303,8 @@ def test_an_unfinished_submission_says_its_queue_position_then_its_elapsed_time_
     second = upload(client, bo, kernel_source()).json()["id"]
     read = lambda token, sid: client.get(f"/api/v1/submissions/{sid}", headers=bearer(token)).json()  # noqa: E731
     assert read(ada, first)["progress"] == {"phase": "queued", "queue_position": 1, "elapsed_s": None,
-                                            "limit_s": None}
+                                            "limit_s": None, "stage": None, "stage_label": None,
+                                            "stage_elapsed_s": None}
     assert read(bo, second)["progress"]["queue_position"] == 2
     claimed = repository.claim_next_submission(db_session, worker_id="w", lease_s=30,
                                                now=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=5))
@@ -316,3 +317,14 @@ def test_an_unfinished_submission_says_its_queue_position_then_its_elapsed_time_
     client.cookies.set("grader_session", bo)  # the page shows the same
     page = client.get(f"/submissions/{second}")
     assert "number 1 in the queue" in page.text
+    assert running["stage"] is None  # no stage reported yet: the page says what comes
+    assert repository.record_stage(db_session, submission_id=first, lease_token=claimed.lease_token,
+                                   stage="compiling", started_at=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=2))
+    assert not repository.record_stage(db_session, submission_id=first, lease_token="not-the-lease",
+                                       stage="checks", started_at=dt.datetime.now(dt.UTC))
+    db_session.commit()
+    staged = read(ada, first)["progress"]
+    assert staged["stage"] == "compiling" and staged["stage_label"] == "compiling your kernels"
+    assert 1 <= staged["stage_elapsed_s"] < 60
+    client.cookies.set("grader_session", ada)
+    assert '<strong class="stage">compiling your kernels</strong> for' in client.get(f"/submissions/{first}").text

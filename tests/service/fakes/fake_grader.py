@@ -7,7 +7,8 @@ the job ({"source": ..., "seed": ..., "assignment": ...}) as one line on stdin.
 Behaviour is chosen by a directive line in the submitted source:
     # fake-grader: verdict=failed speedup=1.5 sleep=2 exit=3 ...
 Keys: verdict (passed|failed|error), error_kind, exit (override exit code), sleep (seconds),
-sleep_once (path: sleep an hour unless the path exists; creates it), kill (SIGKILL itself),
+sleep_once (path: sleep an hour unless the path exists; creates it), stages (compiling:0.5,checks:30:
+write each stage to GRADER_STAGE_FILE as the real grader does, then stay in it that long), kill (SIGKILL itself),
 garbage (print non-JSON), speedup (benchmark headline), log_bytes (size of the child log), log_omitted (bytes the
 grader says it already cut from that log),
 stderr_bytes, record (path: write argv, env names, GRADER_WORK_ROOT and cwd there as JSON), bench_rows (with
@@ -65,6 +66,14 @@ def main() -> int:
         deadline = time.monotonic() + 120
         while not Path(options["wait_for"]).exists() and time.monotonic() < deadline:
             time.sleep(0.05)
+    if "stages" in options:  # stages=compiling:0.5,checks:30: enter each, stay that many seconds
+        from grader.stages import GradingStage, stage_file_writer
+
+        write = stage_file_writer(Path(os.environ["GRADER_STAGE_FILE"]))
+        for item in options["stages"].split(","):
+            stage, seconds = item.split(":")
+            write(GradingStage(stage))
+            time.sleep(float(seconds))
     if "sleep_once" in options:
         marker = Path(options["sleep_once"])
         if not marker.exists():

@@ -114,6 +114,33 @@ def test_a_worker_that_loses_its_lease_stops_grading(committed_db, api) -> None:
         thread.join(timeout=10)
 
 
+def test_the_stage_the_grader_reports_is_shown_while_it_runs(committed_db, api) -> None:
+    """The grader's stage file (grader/stages.py) reaches the API's progress as it changes,
+    with its label and time in that stage; a finished submission shows its verdict, no stage."""
+    _, token = create_student(api)
+    submission_id = upload(api, token, kernel_source("stages=compiling:1.5,checks:1.5")).json()["id"]
+    worker = Worker(committed_db.settings(), committed_db.session_factory, worker_id="w1")
+    thread = threading.Thread(target=worker.process_next_job)
+    thread.start()
+    seen: list[tuple[str, str]] = []
+
+    def progress() -> dict | None:
+        body = api.get(f"/api/v1/submissions/{submission_id}", headers=bearer(token)).json()
+        stage = (body.get("progress") or {}).get("stage")
+        if stage and (not seen or seen[-1][0] != stage):
+            seen.append((stage, body["progress"]["stage_label"]))
+            assert body["progress"]["stage_elapsed_s"] >= 0
+        return body
+
+    try:
+        wait_until(lambda: progress()["status"] not in ("queued", "running"), timeout=30, interval=0.1)
+    finally:
+        thread.join(timeout=30)
+    assert seen == [("compiling", "compiling your kernels"), ("checks", "running the correctness checks")]
+    final = progress()
+    assert final["status"] == "passed" and final["progress"] is None
+
+
 def _start_worker(committed_db, worker_id: str, log_dir: Path) -> subprocess.Popen[bytes]:
     env = worker_environment(committed_db.url, lease_s="2", heartbeat_interval_s="0.25")
     log = (log_dir / f"{worker_id}.log").open("wb")
