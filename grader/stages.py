@@ -10,8 +10,9 @@ reports what it sees itself (the plan built, the timing started) and what the ma
 child's progress lines show (``precompile``, the first ``call``); nothing the child writes
 decides a verdict here, it only moves this label forward.
 
-``grader check`` with ``GRADER_STAGE_FILE=PATH`` in its environment writes each new stage to PATH as a ``StageReport`` (JSON,
-replaced atomically); the worker polls that file and stores the stage on the grading's row.
+``grader check`` with ``GRADER_STAGE_FILE=PATH`` in its environment writes each new stage to
+PATH as a ``StageReport`` (JSON, replaced atomically); the worker polls that file and stores
+the stage on the grading's row.
 Imports only the standard library and pydantic: the service reads it without torch.
 """
 

@@ -146,22 +146,21 @@ def install() -> bool:
 
 
 def _install_bf16_atomics(builder_class, handle_class, interpreter, bf16) -> None:
-    """bf16 ``tl.atomic_add`` / ``atomic_max`` / ``atomic_min`` / ``atomic_xchg`` under the
-    interpreter, which refuses them (its C++ ``atomic_rmw`` raises "Unsupported data type" for the
-    uint16 storage of bf16). Each element, in block order, reads the old value, applies the
-    operation in fp32 and stores it rounded to nearest even, as one GPU atomic on a bf16 word
-    does; the old values are returned. Elements of one block that hit the same address are
-    applied one after another (in rounds of distinct addresses), as the GPU serialises them.
-    Atomics on any other dtype, and bf16 ops that are not float operations, run unchanged."""
+    """bf16 ``tl.atomic_add`` and ``tl.atomic_xchg`` under the interpreter, which refuses them
+    (its C++ ``atomic_rmw`` raises "Unsupported data type" for the uint16 storage of bf16);
+    ``atomic_max``/``atomic_min`` on bf16 are refused by Triton itself, on a GPU too.
+
+    Each element, in block order, reads the old value, applies the operation in fp32 and stores
+    it rounded to nearest even, as one GPU atomic on a bf16 word does; the old values are
+    returned. Elements of one block that hit the same address are applied one after another
+    (in rounds of distinct addresses), as the GPU serialises them. Atomics on any other dtype
+    run unchanged."""
     native = getattr(interpreter, "_interpreter", None)
     ir = getattr(interpreter, "_ir", None)
     original_rmw = getattr(builder_class, "create_atomic_rmw", None)
     if native is None or ir is None or original_rmw is None:
         return
-    float_ops = {
-        ir.ATOMIC_OP.FADD: np.add, ir.ATOMIC_OP.MAX: np.maximum, ir.ATOMIC_OP.MIN: np.minimum,
-        ir.ATOMIC_OP.XCHG: lambda old, value: value,
-    }
+    float_ops = {ir.ATOMIC_OP.FADD: np.add, ir.ATOMIC_OP.XCHG: lambda old, value: value}
 
     def create_atomic_rmw(self, rmw_op, ptr, val, mask, sem, scope):
         if getattr(val.dtype, "scalar", val.dtype) != bf16 or rmw_op not in float_ops:
@@ -178,7 +177,7 @@ def _install_bf16_atomics(builder_class, handle_class, interpreter, bf16) -> Non
             now = pending[np.sort(first)]
             everything = np.ones(now.shape, dtype=bool)
             old = native.load(addresses[now], everything, np.zeros(now.shape, dtype=np.uint16),
-                                np.dtype(np.uint16))
+                              np.dtype(np.uint16))
             old_bits[now] = old
             new = fp32_to_bf16_bits(operation(bf16_bits_to_fp32(old), values[now]))
             native.store(addresses[now], new, everything)
