@@ -311,6 +311,9 @@ class CompileCost(BaseModel):
         rss_bytes / peak_rss_bytes: the child's resident and peak resident memory when it
             ended, as the child reported it (several compilations may run at once: the
             process's figures, not this one's alone), bytes.
+        tree_peak_bytes: the most the child and its subprocesses (ptxas) held at once up to
+            this compilation's end, sampled every 0.1 s during the compile-only pass, bytes:
+            what a memory limit meets.
         open: still compiling when the child ended.
     """
 
@@ -323,6 +326,7 @@ class CompileCost(BaseModel):
     seconds: float = 0.0
     rss_bytes: int = 0
     peak_rss_bytes: int = 0
+    tree_peak_bytes: int = 0
     open: bool = False
 
 

@@ -120,6 +120,8 @@ def compile_cost_text(outcome: ChildOutcome) -> str:
         if entry.get("num_warps"):
             settings.append(f"num_warps={entry['num_warps']}")
         memory = f", peak {_gib(entry['peak_rss_bytes'])} resident" if entry.get("peak_rss_bytes") else ""
+        if entry.get("tree_peak_bytes"):
+            memory += f" ({_gib(entry['tree_peak_bytes'])} with its compilers)"
         return f"{entry['kernel']} ({', '.join(settings) or 'no constexprs'}) for {entry['seconds']:.1f} s{memory}"
 
     head = "compiling then: " if open_ones else "its longest compilations: "

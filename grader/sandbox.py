@@ -276,7 +276,7 @@ class ProgressLines(threading.Thread):
             if entry is None:
                 return
             entry.update(seconds=round(now - entry.pop("started"), 3), rss_bytes=mark.rss_bytes,
-                         peak_rss_bytes=mark.peak_rss_bytes)
+                         peak_rss_bytes=mark.peak_rss_bytes, tree_peak_bytes=mark.tree_peak_bytes)
             if len(self.compilations) < MAX_COMPILE_RECORDS:
                 self.compilations.append(entry)
             else:

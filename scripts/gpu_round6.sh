@@ -16,6 +16,7 @@
 #   wholerow    the whole-row and autotuned correct files of softmax_backward (issue 22's 60 s
 #               target), one grading at a time as a worker grades them (scripts/gpu_styles.py
 #               --jobs 1, benchmark off), the step's archive rewritten after each file.
+#   wholerowbench  the same files with their benchmark on, after the reference (peers timed).
 #   ab          the references' headlines of the code before this round's generic core (an
 #               export of it in .old/, carried) and of this checkout, alternated in one call
 #               (old, new, old, new, ...) for each of ASSIGNMENTS, benchmark on: a ratio from
@@ -87,6 +88,14 @@ for step in "$@"; do
                     --timeout-s "${GRADING_TIMEOUT_S:-200}" --only "$label" | tail -3
                 mv "$dir/summary.json" "$dir/summary_$label.json" 2>/dev/null
                 tar czf "$dir.tgz" -C "$dir" .
+            done
+            ;;
+        wholerowbench)
+            # The same files with their benchmark, after the reference (which times the peers,
+            # so that each file's grading is what a worker with its peers cached spends).
+            grade "$dir" reference_softmax_backward softmax_backward grader/assignments/softmax_backward/reference.py on
+            for name in library_autotuned_whole_row whole_row_block library_two_rows_per_program contiguous_wrapper autotuned; do
+                grade "$dir" "correct_$name" softmax_backward "tests/corpus/softmax_backward/correct/$name.py" on
             done
             ;;
         styles)

@@ -116,6 +116,31 @@ def _memory_bytes() -> tuple[int, int]:
     return found["VmRSS:"], found["VmHWM:"]
 
 
+def _tree_resident_bytes() -> int:
+    """Resident bytes of this process and every process it started (Linux ``/proc``: VmRSS of
+    this process plus, recursively, of each task's ``children``), so that the compile-only pass's
+    gate counts ptxas, which Triton runs as a subprocess for each compilation and whose memory
+    ``VmRSS`` of this process leaves out. A process that exits while being read counts 0."""
+    total, pending, seen = 0, [os.getpid()], set()
+    while pending:
+        pid = pending.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            with _open(f"/proc/{pid}/status", encoding="ascii") as handle:
+                for line in handle:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with _open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as handle:
+                    pending.extend(int(child) for child in handle.read().split())
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
 def compile_description(src, options) -> dict:
     """What a compilation is of, for its ``compiling`` progress line (``protocol.CompileMark``):
     the kernel's name, its constexpr arguments by name (block sizes among them), ``num_warps``
@@ -161,17 +186,25 @@ def report_each_compilation(progress: Progress) -> None:
             return __original(src, *args, **kwargs)
         finally:
             rss, peak = _memory_bytes()
-            progress.write(f"compiled {number} " + _json_dumps({"rss_bytes": rss, "peak_rss_bytes": peak}))
+            tree_peak = max(_tree_resident_bytes(), _PASS_PEAK[0].peak_bytes if _PASS_PEAK else 0)
+            progress.write(f"compiled {number} " + _json_dumps({"rss_bytes": rss, "peak_rss_bytes": peak,
+                                                                 "tree_peak_bytes": tree_peak}))
 
     compiler.compile = compile_reported
 
 
+#: The compile-only pass's executor while it runs (its peak resident memory, subprocesses
+#: included, goes on each ``compiled`` line).
+_PASS_PEAK: list = []
+
+
 class MemoryGatedExecutor:
-    """A thread pool for the compile-only pass that starts a compilation only while this
-    process's resident memory is below ``budget_bytes`` (or none is running): a whole-row block
-    of 262,144 elements takes LLVM and ptxas gigabytes, and six of them at once passed the 8 GiB
-    limit on the H200 (issue 22). 0: no gate. Only ``submit`` and ``shutdown`` (what Triton's
-    ``AsyncCompileMode`` and the pass use)."""
+    """A thread pool for the compile-only pass that starts a compilation only while the resident
+    memory of this process and its subprocesses (ptxas) is below ``budget_bytes``, or none is
+    running: a whole-row block of 262,144 elements takes LLVM and ptxas gigabytes, and six of
+    them at once passed the 8 GiB limit on the H200 (issue 22). ``peak_bytes`` is the most the
+    gate saw. 0: no gate. Only ``submit`` and ``shutdown`` (what Triton's ``AsyncCompileMode``
+    and the pass use)."""
 
     def __init__(self, threads: int, budget_bytes: int) -> None:
         import threading
@@ -180,12 +213,27 @@ class MemoryGatedExecutor:
         self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="precompile")
         self.budget = budget_bytes
         self.running = 0
+        self.peak_bytes = 0
         self.condition = threading.Condition()
+        self.stopped = threading.Event()
+        # Sampled beside the compilations too, not only when one waits to start: ptxas grows
+        # after its compilation started, and the peak is what a limit would meet.
+        self.sampler = threading.Thread(target=self._sample, name="precompile-memory", daemon=True)
+        self.sampler.start()
+
+    def _sample(self) -> None:
+        while not self.stopped.wait(0.1):
+            self.peak_bytes = max(self.peak_bytes, _tree_resident_bytes())
+
+    def _over_budget(self) -> bool:
+        resident = _tree_resident_bytes()
+        self.peak_bytes = max(self.peak_bytes, resident)
+        return resident > self.budget
 
     def submit(self, fn, *args, **kwargs):
         def gated():
             with self.condition:
-                while self.budget and self.running and _memory_bytes()[0] > self.budget:
+                while self.budget and self.running and self._over_budget():
                     self.condition.wait(0.05)
                 self.running += 1
             try:
@@ -199,6 +247,7 @@ class MemoryGatedExecutor:
 
     def shutdown(self, wait: bool = True) -> None:
         self.pool.shutdown(wait=wait)
+        self.stopped.set()
 
 
 def narrow_autotuners_for_interpreter(narrowed: dict) -> None:
@@ -660,6 +709,7 @@ class Child:
             return None
 
         executor = MemoryGatedExecutor(threads, self.plan.compile_memory_bytes)
+        _PASS_PEAK[:] = [executor]
         usable = True
         try:
             jit.JITFunction.run, Autotuner.run = compile_only, compile_configs
@@ -686,6 +736,7 @@ class Child:
         finally:
             jit.JITFunction.run, Autotuner.run = original_run, original_tune
             executor.shutdown(wait=True)
+            _PASS_PEAK.clear()
             sys.modules.pop("submission_precompile", None)
             try:
                 self.synchronize()

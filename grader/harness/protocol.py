@@ -274,8 +274,9 @@ class StepReport(_Model):
 class CompileMark(_Model):
     """The JSON of a ``compiling <n> {...}`` or ``compiled <n> {...}`` progress line: which
     kernel a Triton compilation is of (its name, constexpr arguments such as block sizes,
-    ``num_warps``, ``num_stages``), and after it the child's resident and peak resident memory.
-    Hostile like every child report: a diagnostic for the report, never evidence."""
+    ``num_warps``, ``num_stages``), and after it the child's resident and peak resident memory
+    and ``tree_peak_bytes``: the most the child and its subprocesses (ptxas) held at once so
+    far, sampled while it compiled. Hostile like every child report: a diagnostic for the report, never evidence."""
 
     kernel: Name = "?"
     constants: dict[Name, int | float | bool | Name] = Field(default_factory=dict, max_length=32)
@@ -283,6 +284,7 @@ class CompileMark(_Model):
     num_stages: int | None = None
     rss_bytes: int = Field(0, ge=0)
     peak_rss_bytes: int = Field(0, ge=0)
+    tree_peak_bytes: int = Field(0, ge=0)
 
 
 class DoneReport(_Model):

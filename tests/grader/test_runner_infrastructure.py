@@ -391,8 +391,9 @@ def test_a_cpu_run_gets_the_same_verdict_on_a_loaded_core(tmp_path):
 def test_compile_threads_scale_with_the_cores_and_the_memory_limit(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
     threads = runner.precompile_threads
-    assert threads(GraderSettings(precompile_threads=8, memory_limit_bytes=8 << 30)) == 4  # 2 GiB each
-    assert threads(GraderSettings(precompile_threads=8, memory_limit_bytes=1 << 30)) == 1  # never 0 by memory
+    assert threads(GraderSettings(precompile_threads=8, memory_limit_bytes=8 << 30)) == 8  # 1 GiB each
+    assert threads(GraderSettings(precompile_threads=8, memory_limit_bytes=3 << 30)) == 3
+    assert threads(GraderSettings(precompile_threads=8, memory_limit_bytes=512 << 20)) == 1  # never 0 by memory
     assert threads(GraderSettings(precompile_threads=8, memory_limit_bytes=64 << 30)) == 8
     assert threads(GraderSettings(precompile_threads=0)) == 0  # the pass is off
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})

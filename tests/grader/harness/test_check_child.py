@@ -7,6 +7,7 @@ budget. GPU compilation itself is measured on the H200 (scripts/gpu_styles.py); 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -78,3 +79,20 @@ def test_the_pass_starts_a_compilation_only_under_its_memory_budget(budget, most
     executor.shutdown()
     # Over budget (1 byte: always), one at a time; within it, all four threads at once.
     assert peak[0] == most_at_once
+
+
+def test_the_memory_gate_counts_the_compilers_subprocesses():
+    # ptxas runs as a subprocess of the child: its memory is in no VmRSS of the child itself.
+    before_tree, before_self = check_child._tree_resident_bytes(), check_child._memory_bytes()[0]
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; b = bytearray(300 << 20); "
+                               "b[::4096] = b'x' * len(b[::4096]); print('ready', flush=True); time.sleep(30)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        grown_tree = check_child._tree_resident_bytes() - before_tree
+        grown_self = check_child._memory_bytes()[0] - before_self
+    finally:
+        holder.kill()
+        holder.wait()
+    assert grown_tree >= 290 << 20, grown_tree
+    assert grown_self < 100 << 20, grown_self
