@@ -30,6 +30,7 @@ from grader.contract import (
     BenchmarkResult,
     CapturedLog,
     CheckOutcome,
+    CompileCost,
     ErrorKind,
     GradingError,
     ResultDocument,
@@ -619,7 +620,7 @@ def _checks_beside_isolated(plan: Plan, assignment: Assignment, source: str, rep
         "log": CapturedLog(**outcome.log.as_json()),
         "limits": _limits_with_compilation(outcome.limits, settings, device),
         "notes": list(dict.fromkeys(notes)),
-        "compilations": compile_report(outcome)[:32],
+        "compilations": [CompileCost.model_validate(entry) for entry in compile_report(outcome)[:32]],
     }
     return run
 
