@@ -60,52 +60,6 @@ def call_outputs(check: PlannedCheck, call: PlannedCall, evidence: CheckEvidence
     return outs, None
 
 
-def single_output(check: PlannedCheck, call: PlannedCall, evidence: CheckEvidence, hint: str
-                  ) -> tuple[torch.Tensor | None, CheckOutcome | None]:
-    """The first output of the call's first round (``call_outputs``), or the failing outcome."""
-    outs, failure = call_outputs(check, call, evidence, hint)
-    return (outs[0] if outs else None), failure
-
-
-def evaluate_row_sums(check: PlannedCheck, evidence: CheckEvidence, *, tolerance: Tolerance, hint: str,
-                      suffix: str, row_name: Callable[[PlannedCall, int], str] = lambda call, row: f"row {row}"
-                      ) -> CheckOutcome:
-    """``row_sum_invariant``: every output row must sum to what the fp64 oracle's row sums to
-    (about 0 for a softmax VJP), within the sum of that row's per-element bounds
-    (``tolerance.allowed`` of the oracle and its error scale, summed over the row).
-
-    Args:
-        hint: for a call with no usable output (``single_output``).
-        suffix: appended to the message of a row outside its bound (the assignment's hint).
-        row_name: how the message names output row ``row`` of ``call`` (e.g. whether its target
-            was ignored).
-
-    Returns:
-        The check's outcome; ``max_err_over_tolerance`` is the worst |row sum - expected| /
-        bound over every row of every call, as far as the calls were evaluated.
-    """
-    worst = 0.0
-    described = tolerance_fields(tolerance, f"the row's sum of ({tolerance.bound()})")
-    for call in check.calls:
-        out, failure = single_output(check, call, evidence, hint)
-        if failure is not None:
-            return failure
-        row_sums = out.double().sum(dim=-1)
-        expected = call.expected[0].sum(dim=-1)
-        allowed = tolerance.allowed(call.expected[0], call.scale[0]).sum(dim=-1)
-        ratio = ((row_sums - expected).abs() / allowed).nan_to_num(nan=math.inf)
-        worst = max(worst, float(ratio.max()))
-        if not bool((ratio <= 1).all()):
-            row = int(ratio.argmax())
-            return CheckOutcome(
-                name=check.name, passed=False, max_err_over_tolerance=worst,
-                message=f"{call.label}: {row_name(call, row)} of dx sums to {float(row_sums[row]):.6g}, expected "
-                        f"{float(expected[row]):.3g} (allowed {float(allowed[row]):.3g})." + suffix,
-                **described)
-    return CheckOutcome(name=check.name, passed=True, max_err_over_tolerance=worst,
-                        message=f"every row sums to ~0 (worst {worst:.2g} of tolerance)", **described)
-
-
 def diagnose_coverage(got: torch.Tensor, comparison_bad: torch.Tensor, expected: torch.Tensor,
                       ratio: torch.Tensor | None = None, strided: bool = False) -> str:
     """Name an uncovered block of the output, the mark of a grid, loop bound or mask that stops

@@ -45,6 +45,8 @@ from grader.evaluate import (
     evaluate_triton_kernel,
     evaluate_values,
     hint_for,
+    point_failure,
+    tolerance_fields,
 )
 from grader.plan import CheckEvidence, Plan, PlannedCall, PlannedCheck, PlannedOutput, dtype_name, scalar
 
@@ -64,7 +66,10 @@ class PlanBuilder:
 
     # ---- cases and placement ----------------------------------------------------------------
     def case(self, spec: CaseSpec) -> Case:
-        """New values for ``spec`` from the plan's generator."""
+        """New values for ``spec`` from the plan's generator (its own ``draw``, else the
+        assignment's ``make_case``)."""
+        if spec.draw is not None:
+            return spec.draw(self.plan.generator)
         return self.declared.make_case(self.plan.generator, spec.dims, spec.exact)
 
     def input_dtype(self, item: TensorInput, call_dtype: str) -> torch.dtype:
@@ -77,8 +82,8 @@ class PlanBuilder:
         """(positional tensor args, keyword scalars, values as placed by input name)."""
         args, kwargs, placed = [], {}, {}
         for item in self.tensor_inputs:
-            view = self.plan.bank.view(case.values[item.name], self.input_dtype(item, spec.dtype),
-                                       spec.layouts.get(item.name, "contiguous"))
+            dtype = _torch_dtype(spec.dtypes[item.name]) if item.name in spec.dtypes else self.input_dtype(item, spec.dtype)
+            view = self.plan.bank.view(case.values[item.name], dtype, spec.layouts.get(item.name, "contiguous"))
             args.append(view)
             placed[item.name] = self.plan.bank.values_of(view)
         for item in self.scalar_inputs:
@@ -95,12 +100,16 @@ class PlanBuilder:
         found = self.declared.oracle(placed)
         return [(found[o.name].expected, found[o.name].scale, found[o.name].slack) for o in self.declared.outputs]
 
-    def label(self, spec: CaseSpec) -> str:
+    def label(self, spec: CaseSpec, case: Case | None = None) -> str:
+        """The spec's label, else the drawn case's (or dims and dtype) with the layouts and
+        scalar arguments."""
         if spec.label:
             return spec.label
-        dims = ", ".join(str(v) for v in spec.dims.values())
         layouts = "".join(f", {name} {layout}" for name, layout in spec.layouts.items() if layout != "contiguous")
         scalars = "".join(f", {k}={v}" for k, v in spec.scalars.items())
+        if case is not None and case.label:
+            return f"{case.label}{layouts}{scalars}"
+        dims = ", ".join(str(v) for v in spec.dims.values())
         return f"({dims}) {spec.dtype}{layouts}{scalars}"
 
     def _pack(self, call: PlannedCall, per_output: list, *, replay: bool = False) -> None:
@@ -132,7 +141,7 @@ class PlanBuilder:
         per_output = [(fixed.get(out.name, p[0]), p[1], p[2]) for out, p in zip(self.declared.outputs, per_output)]
         outputs = [PlannedOutput(out.name, out.tolerances[spec.dtype], self.output_dtype(out.dtype, spec.dtype))
                    for out in self.declared.outputs]
-        call = PlannedCall(id=call_id, args=args, kwargs=kwargs, label=self.label(spec),
+        call = PlannedCall(id=call_id, args=args, kwargs=kwargs, label=self.label(spec, case),
                            tolerance=outputs[0].tolerance, out_dtype=outputs[0].dtype,
                            outputs=outputs if len(outputs) > 1 else [], record_launches=record)
         self._pack(call, per_output)
@@ -183,12 +192,17 @@ class PlanBuilder:
         for spec in decl.cases:
             call = self.value_call(f"{decl.name}/{spec.key or len(calls)}", spec)
             case = call.extra["case"]
-            variable = (case.hidden.get(decl.variable) if decl.variable in case.hidden
-                        else case.values[decl.variable]).to(torch.float64)
-            points = []
-            for _ in range(decl.points):
+            if decl.at_placed and decl.variable in call.extra["placed"]:
+                variable = call.extra["placed"][decl.variable].to(torch.float64)
+            else:
+                variable = (case.hidden.get(decl.variable) if decl.variable in case.hidden
+                            else case.values[decl.variable]).to(torch.float64)
+            indices = list(decl.chosen(case)) if decl.chosen is not None else []
+            while len(indices) < decl.points:
                 flat = int(torch.randint(variable.numel(), (1,), generator=self.plan.generator))
-                index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), variable.shape))
+                indices.append(tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), variable.shape)))
+            points = []
+            for index in indices:
                 plus, minus = variable.clone(), variable.clone()
                 plus[index] += decl.h
                 minus[index] -= decl.h
@@ -200,7 +214,7 @@ class PlanBuilder:
         hint = self.hint(decl.name)
 
         def evaluate(check: PlannedCheck, evidence: CheckEvidence) -> CheckOutcome:
-            worst, cases = 0.0, 0
+            worst, cases, fields = 0.0, 0, {}
             for call in check.calls:
                 outs, failure = call_outputs(check, call, evidence, hint)
                 if failure is not None:
@@ -209,6 +223,7 @@ class PlanBuilder:
                 tolerance = Tolerance(rtol=expectation.tolerance.rtol, atol=decl.atol,
                                       why=f"the output's rtol plus {decl.atol:g} for the finite-difference error "
                                           f"(h={decl.h:g}, fp64)")
+                fields = tolerance_fields(tolerance)
                 for index, slope in call.extra["points"]:
                     value = float(outs[output][index].double())
                     allowed = float(tolerance.allowed(torch.tensor(slope, dtype=torch.float64),
@@ -221,9 +236,11 @@ class PlanBuilder:
                             name=check.name, passed=False, max_err_over_tolerance=worst,
                             message=f"{call.label} at {decl.variable}{list(index)}: {decl.output} = {value:.8g}, "
                                     f"central difference = {slope:.8g} (|err| {err:.3g} > allowed {allowed:.3g}; "
-                                    f"tolerance {tolerance.describe_short()}). Hint: {hint}")
+                                    f"tolerance {tolerance.describe_short()}). Hint: {hint}",
+                            **point_failure(fields, call.label, list(index), value, slope, allowed))
             return CheckOutcome(name=check.name, passed=True, max_err_over_tolerance=worst, cases=cases,
-                                message=f"{cases} points, h = {decl.h:g}, worst error {worst:.2g} of tolerance")
+                                message=f"{cases} points, h = {decl.h:g}, worst error {worst:.2g} of tolerance",
+                                **fields)
 
         return PlannedCheck(decl.name, calls, evaluate)
 
@@ -237,14 +254,18 @@ class PlanBuilder:
             calls.append(call)
         hint = self.hint(decl.name)
         requires = tuple(self.declared.hint_requires.get(decl.name, ()))
+        weighted = " times |weights|" if decl.weights is not None else ""
 
         def evaluate(check: PlannedCheck, evidence: CheckEvidence) -> CheckOutcome:
-            worst = 0.0
+            worst, fields = 0.0, {}
             for call in check.calls:
                 outs, failure = call_outputs(check, call, evidence, hint)
                 if failure is not None:
                     return failure
                 expectation = call.expectations(0)[output]
+                bound = expectation.tolerance.bound()
+                fields = tolerance_fields(expectation.tolerance,
+                                          f"the sum of the per-element bounds ({bound}){weighted}")
                 weights = call.extra["weights"]
                 weights = torch.ones_like(expectation.expected) if weights is None else weights
                 got = (outs[output].double() * weights).sum(dim=decl.dim)
@@ -255,13 +276,16 @@ class PlanBuilder:
                 worst = max(worst, float(ratio.max()))
                 if not bool((ratio <= 1).all()):
                     at = int(ratio.argmax())
+                    where = (decl.where(call.extra["placed"], at) if decl.where is not None
+                             else f"{decl.output} at {at} along the reduced axis")
                     return CheckOutcome(
                         name=check.name, passed=False, max_err_over_tolerance=worst,
-                        message=f"{call.label}: {decl.output} at {at} along the reduced axis sums to "
+                        message=f"{call.label}: {where} sums to "
                                 f"{float(got.reshape(-1)[at]):.6g}, expected {float(expected.reshape(-1)[at]):.3g} "
-                                f"(allowed {float(allowed.reshape(-1)[at]):.3g})." + hint_for(evidence, hint, requires))
+                                f"(allowed {float(allowed.reshape(-1)[at]):.3g})." + hint_for(evidence, hint, requires),
+                        **fields)
             return CheckOutcome(name=check.name, passed=True, max_err_over_tolerance=worst,
-                                message=f"{decl.output} {decl.what} (worst {worst:.2g} of tolerance)")
+                                message=f"{decl.output} {decl.what} (worst {worst:.2g} of tolerance)", **fields)
 
         return PlannedCheck(decl.name, calls, evaluate)
 
@@ -353,7 +377,17 @@ class PlanBuilder:
             case = self.case(spec)
             case = Case(values=edit(dict(case.values)), hidden=case.hidden)
             args, kwargs, _ = self.place(case, spec)
-            calls.append(self.raise_call(f"{decl.name}/{index}", label, args, kwargs))
+            calls.append(self.raise_call(f"{decl.name}/{spec.key or index}", label, args, kwargs))
+        names = [item.name for item in self.tensor_inputs]
+        if decl.other_device and not decl.cases:
+            raise ValueError(f"{decl.name}: other_device needs a case to take its values from")
+        for name in decl.other_device:
+            first = decl.cases[0][1]
+            spec = CaseSpec(dims=first.dims, dtype=first.dtype, draw=first.draw)
+            args, kwargs, _ = self.place(self.case(spec), spec)
+            args[names.index(name)].device = "other"
+            calls.append(self.raise_call(f"{decl.name}/{name}_device", f"{name} on another device than the others",
+                                         args, kwargs))
         return PlannedCheck(decl.name, calls, self._raises(decl.name))
 
     def _FreshResults(self, decl: FreshResults) -> PlannedCheck:

@@ -110,11 +110,14 @@ class Case:
         hidden: values behind the inputs that a reference or a loss needs and the call does
             not get (softmax's logits x behind y = softmax(x)).
         expected: output name -> a fixed expected value (a worked example), else the oracle's.
+        label: how messages name the call when its spec gives no label (what the draw knows,
+            e.g. how many rows it ignored); default: dims, dtype and layouts.
     """
 
     values: dict[str, torch.Tensor | int | float | bool]
     hidden: dict[str, torch.Tensor] = field(default_factory=dict)
     expected: dict[str, torch.Tensor] | None = None
+    label: str = ""
 
 
 #: ``make_case(generator, dims, exact) -> Case``: seeded inputs of the given sizes; ``exact``
@@ -140,8 +143,14 @@ class CaseSpec:
         layouts: input name -> layout (default ``contiguous``).
         exact: draw the assignment's exact values (``MakeCase``'s ``exact``).
         scalars: scalar arguments passed as keywords (``{"ignore_index": 3}``).
-        label: how messages name the case (default: dims, dtype and layouts).
+        label: how messages name the case (default: the drawn case's label, else dims,
+            dtype and layouts).
         key: the call's id within its check (``<check>/<key>``; default: its index).
+        draw: ``draw(generator) -> Case``: this case's values, drawn the assignment's own way
+            (a worked example, rows with ignored targets, logits at +-1e4); default
+            ``make_case(generator, dims, exact)``.
+        dtypes: input name -> a dtype name that overrides the input's own for this case (a
+            rejection's float targets, say).
     """
 
     dims: Mapping[str, int]
@@ -151,6 +160,8 @@ class CaseSpec:
     scalars: Mapping[str, int | float | bool] = field(default_factory=dict)
     label: str = ""
     key: str = ""
+    draw: Callable[[torch.Generator], Case] | None = None
+    dtypes: Mapping[str, DtypeName] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -173,7 +184,12 @@ class CentralDifference:
     """``output`` at ``points`` random positions against the central difference
     (L(v + h e) - L(v - h e)) / 2h in fp64 of the assignment's ``loss`` over ``variable`` (a
     value or hidden entry of the case), under the fp32 tolerance of ``output`` with ``atol``
-    as its floor (the finite difference's own error; h=1e-5 gives ~2e-11 for O(1) losses)."""
+    as its floor (the finite difference's own error; h=1e-5 gives ~2e-11 for O(1) losses).
+
+    ``at_placed``: perturb the input as placed (rounded to the call's dtype) instead of the
+    drawn fp64 value, so the slope is taken where the kernel computed. ``chosen(case) ->
+    indices``: positions always tested (a target logit, an ignored row), before the random
+    ones that make up ``points``."""
 
     name: str
     cases: tuple[CaseSpec, ...]
@@ -183,6 +199,8 @@ class CentralDifference:
     points: int = 4
     h: float = 1e-5
     atol: float = 1e-9
+    at_placed: bool = False
+    chosen: Callable[[Case], list[tuple[int, ...]]] | None = None
 
 
 @dataclass(frozen=True)
@@ -191,7 +209,9 @@ class Invariant:
     sum_j dx = 0), within the sum of the per-element bounds times |weights|.
 
     ``weights(case, placed values) -> tensor`` broadcastable to the output, or None for 1
-    (layernorm's sum_j dx * xhat = 0 uses xhat)."""
+    (layernorm's sum_j dx * xhat = 0 uses xhat). ``where(placed values, index) -> words``
+    names a failing index of the reduced output (``row 3 (ignored) of dx``); default ``<output>
+    at <index> along the reduced axis``."""
 
     name: str
     cases: tuple[CaseSpec, ...]
@@ -199,6 +219,7 @@ class Invariant:
     weights: Callable[[Case, Mapping], torch.Tensor] | None = None
     dim: int = -1
     what: str = "sums to ~0"
+    where: Callable[[Mapping, int], str] | None = None
 
 
 @dataclass(frozen=True)
@@ -239,10 +260,14 @@ class RejectsRequiresGrad:
 @dataclass(frozen=True)
 class Rejects:
     """Calls that must raise, built by the assignment: ``cases`` are (label, case spec,
-    ``edit(values) -> values``) triples (out-of-range targets, say)."""
+    ``edit(values) -> values``) triples (out-of-range targets, a target vector of the wrong
+    length, say; the spec's ``dtypes`` gives an input another dtype), then, for each input
+    named in ``other_device``, one call on the first case's values with that input on another
+    device."""
 
     name: str
     cases: tuple[tuple[str, CaseSpec, Callable[[dict], dict]], ...]
+    other_device: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ import math
 import pytest
 import torch
 
-from grader.assignments.softmax_cross_entropy_backward import checks as xent_checks
+from grader.assignments import get_assignment
+from grader.assignments.softmax_cross_entropy_backward import diagnose
 from grader.assignments.softmax_cross_entropy_backward.inputs import large_logits, make_targets, random_case
 from grader.assignments.softmax_cross_entropy_backward.oracle import (
     autograd_xent_grad_fp64,
@@ -32,7 +33,7 @@ from grader.checks import compare
 from grader.plan import CallEvidence, CheckEvidence
 
 F64 = torch.float64
-FP32 = TOLERANCES[torch.float32]
+FP32 = TOLERANCES["float32"]
 
 
 def _lesson_logits(*rows: list[float]) -> torch.Tensor:
@@ -180,10 +181,10 @@ def test_half_precision_allows_rounding_the_result_once(dtype):
     xh = x.to(dtype)
     expected, scale = xent_grad_fp64(xh, t, 1.0)
     rounded = expected.to(dtype)
-    assert compare(rounded, expected, scale, TOLERANCES[dtype]).max_ratio <= 0.5 + 1e-9
+    assert compare(rounded, expected, scale, TOLERANCES[str(dtype).replace("torch.", "")]).max_ratio <= 0.5 + 1e-9
     truncated = expected.to(torch.float32).view(torch.int32).bitwise_and(~0xFFFF).view(torch.float32)
     if dtype is torch.bfloat16:  # the interpreter truncates: one ulp, within the two allowed
-        assert compare(truncated.to(dtype), expected, scale, TOLERANCES[dtype]).passed
+        assert compare(truncated.to(dtype), expected, scale, TOLERANCES[str(dtype).replace("torch.", "")]).passed
     for tolerance in TOLERANCES.values():
         assert tolerance.why and tolerance.summary and tolerance.rtol > 0 and tolerance.atol > 0
 
@@ -209,7 +210,7 @@ def test_large_logits_patterns():
 
 @pytest.fixture(scope="module")
 def plan():
-    return xent_checks.build_plan(seed=0, device="cpu")
+    return get_assignment("softmax_cross_entropy_backward").build_plan(seed=0, device="cpu")
 
 
 def test_plan_runs_every_check_in_order_with_hints(plan):
@@ -233,7 +234,7 @@ def test_plan_inputs_are_adversarial(plan):
             x = plan.bank.values_of(x_spec).double()
             t = plan.bank.values_of(t_spec)
             magnitudes.append(float(x.abs().max()))
-            n_valid_zero |= count_valid(t, call.extra["ignore_index"]) == 0
+            n_valid_zero |= count_valid(t, call.extra["placed"]["ignore_index"]) == 0
             targets_at_ends += int(int(t[0]) == 0 and int(t[-1]) == x.shape[1] - 1)
             assert plan.bank.values_of(grad_spec).shape == ()
     cols = {c for _, c in shapes}
@@ -253,15 +254,15 @@ def test_diagnosis_names_a_flipped_sign(plan):
     call = check.calls[0]
     evidence = CheckEvidence(calls={call.id: CallEvidence(report=None, out=None)}, bank=plan.bank)
     flipped = (-call.expected[0]).to(torch.float32)
-    assert "the sign is flipped" in xent_checks.diagnose(flipped, call, evidence)
-    assert xent_checks.diagnose(call.expected[0].to(torch.float32) * 0.5, call, evidence) == ""
+    assert "the sign is flipped" in diagnose(flipped, call, evidence)
+    assert diagnose(call.expected[0].to(torch.float32) * 0.5, call, evidence) == ""
 
 
 def test_replay_inputs_keep_layouts_and_change_n_valid_and_grad(plan):
     recorded = [call for check in plan.checks for call in check.calls if call.record_launches]
     assert recorded and all(call.expect == "output" for call in recorded)
     for call in recorded:
-        ignore_index = call.extra["ignore_index"]
+        ignore_index = call.extra["placed"]["ignore_index"]
         for original, again in zip(call.args, call.replay_args):
             assert (original.size, original.stride, original.offset) == (again.size, again.stride, again.offset)
             assert again.base != original.base

@@ -66,7 +66,7 @@ for label, m, c, plan, int64 in plans():
                 dx = torch.full((m, c), float("nan"), dtype=dtype)
                 ref._launch(x, t, grad, dx, -100, dict(plan))
                 expected, scale = xent_grad_fp64(x, t, grad)
-                err = (dx.double() - expected).abs() / TOLERANCES[dtype].allowed(expected, scale)
+                err = (dx.double() - expected).abs() / TOLERANCES[str(dtype).removeprefix("torch.")].allowed(expected, scale)
                 worst = float(torch.nan_to_num(err, nan=float("inf")).max())
                 results.append({"label": label, "kind": plan["kind"], "plan": plan, "dtype": str(dtype),
                                 "layout": layout, "large": large, "int64": int64, "worst_err_over_tol": worst})

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from grader.assignments.protocol import Case
+from grader.assignments.softmax_cross_entropy_backward.oracle import count_valid
 from grader.assignments.softmax_cross_entropy_backward.spec import DEFAULT_IGNORE_INDEX, LARGE_LOGIT
 
 #: Per-row logit spread (standard deviation) and offset, cycled over rows. A spread of 0.1 gives
@@ -83,3 +85,68 @@ def large_logits(generator: torch.Generator, rows: int, cols: int) -> tuple[torc
         else:
             x[row] = signs * LARGE_LOGIT + noise[row]
     return x, hot
+
+
+def _grad(value: float) -> torch.Tensor:
+    return torch.tensor(value, dtype=torch.float64)
+
+
+def make_case(generator: torch.Generator, dims, exact: bool = False) -> Case:
+    """The default case of (M, C): ``random_case`` with every third row ignored, grad 1."""
+    m, c = dims["M"], dims["C"]
+    x, t = random_case(generator, m, c, ignored=every_third_row(m))
+    return Case(values={"x": x, "t": t, "grad": _grad(1.0)})
+
+
+def case_of(x: torch.Tensor, t: torch.Tensor, grad: float, *, ignore_index: int | None = None,
+            dtype: str = "float32") -> Case:
+    """A case of these values; ``ignore_index`` is passed as a keyword when given (else the
+    default -100 applies). Its label says what the draw knows: the shape, dtype, grad, n_valid."""
+    values: dict = {"x": x, "t": t, "grad": _grad(grad)}
+    effective = DEFAULT_IGNORE_INDEX if ignore_index is None else ignore_index
+    label = f"({x.shape[0]}, {x.shape[1]}) {dtype}, grad {grad:g}, n_valid {count_valid(t, effective)}"
+    if ignore_index is not None:
+        values["ignore_index"] = ignore_index
+        label += f", ignore_index={ignore_index}"
+    return Case(values=values, label=label)
+
+
+def drawn(m: int, c: int, *, grad: float = 1.0, ignored=None, ignore_index: int | None = None,
+          dtype: str = "float32"):
+    """``draw(generator) -> Case`` of ``random_case`` (M, C) with ``ignored`` rows (default
+    every third row), the given grad and ignore_index."""
+    rows = every_third_row(m) if ignored is None else ignored
+
+    def draw(generator: torch.Generator) -> Case:
+        x, t = random_case(generator, m, c, ignored=rows,
+                           ignore_index=DEFAULT_IGNORE_INDEX if ignore_index is None else ignore_index)
+        return case_of(x, t, grad, ignore_index=ignore_index, dtype=dtype)
+
+    return draw
+
+
+def replay_case(generator: torch.Generator, case: Case) -> Case:
+    """New (x, t, grad) for replaying a call's Triton launches: fresh logits and classes, one
+    ignored row more (or fewer) than the call had, so n_valid changes wherever it can (M > 1),
+    and a grad of the other sign, so launches that do not count the targets or read grad
+    themselves do not reproduce the output. ignore_index stays the call's."""
+    t, grad = case.values["t"], float(case.values["grad"])
+    ignore_index = int(case.values.get("ignore_index", DEFAULT_IGNORE_INDEX))
+    rows, cols = case.values["x"].shape
+    ignored_before = int((t == ignore_index).sum())
+    ignored_now = ignored_before + 1 if ignored_before + 1 < rows else max(ignored_before - 1, 0)
+    ignored = tuple(int(r) for r in torch.randperm(rows, generator=generator)[:ignored_now])
+    x = make_logits(generator, rows, cols)
+    t_new = make_targets(generator, rows, cols, ignored=ignored, ignore_index=ignore_index)
+    if rows > 1 and count_valid(t_new, ignore_index) == count_valid(t, ignore_index):
+        # ignore_index is a class that the new targets hit: change one row back or forth
+        valid_rows = torch.nonzero(t_new != ignore_index).flatten()
+        if len(valid_rows) > 1:
+            t_new[int(valid_rows[0])] = ignore_index
+        else:
+            t_new[int(torch.nonzero(t_new == ignore_index).flatten()[0])] = 0 if ignore_index != 0 else 1
+    magnitude = float(torch.empty((), dtype=torch.float64).uniform_(0.5, 2.0, generator=generator))
+    values = {"x": x, "t": t_new, "grad": _grad(-magnitude if grad > 0 else magnitude)}
+    if "ignore_index" in case.values:
+        values["ignore_index"] = ignore_index
+    return Case(values=values)

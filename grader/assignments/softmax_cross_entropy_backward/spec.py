@@ -1,7 +1,8 @@
-"""``softmax_cross_entropy_backward``: the numbers that make up the assignment's public contract.
+"""``softmax_cross_entropy_backward``: the numbers and declarations that make up the assignment's contract.
 
-Tolerances (each with where it comes from), the input constants of the checks, benchmark rows,
-the check names in order and one hint per check. docs/checks.md states the same in words.
+Tolerances (each with where it comes from), the checks declared as data for the generic core
+(grader/generic_checks.py), benchmark rows, the check names in order and one hint per check.
+docs/checks.md states the same in words.
 
 The assignment (the lesson "Softmax Jacobian & the p - y gradient collapse"): for logits x of
 shape (M, C) (float32, float16 or bfloat16, any row and column strides), integer targets t of
@@ -21,9 +22,21 @@ J = diag(p) - p p^T is never formed: J^T (-y / p) collapses to p - y.
 
 from __future__ import annotations
 
-import torch
-
-from grader.assignments.protocol import ScalarInput, TensorInput
+from grader.assignments.protocol import (
+    Case,
+    CaseSpec,
+    CentralDifference,
+    FreshResults,
+    Invariant,
+    OutputContract,
+    Rejects,
+    RejectsRequiresGrad,
+    ScalarInput,
+    TensorInput,
+    TensorOutput,
+    TritonKernel,
+    ValueCheck,
+)
 from grader.assignments.softmax_cross_entropy_backward.oracle import DEFAULT_IGNORE_INDEX, EXPONENT_TERM
 from grader.checks import Tolerance
 
@@ -54,8 +67,8 @@ __all__ = ["DEFAULT_IGNORE_INDEX", "EXPONENT_TERM"]  # defined in oracle.py, whi
 INPUTS = (TensorInput("x", ("M", "C")), TensorInput("t", ("M",), dtype="int64", float_input=False),
           TensorInput("grad", (), dtype="float32", strided=()), ScalarInput("ignore_index", -100))
 
-TOLERANCES: dict[torch.dtype, Tolerance] = {
-    torch.float32: Tolerance(
+TOLERANCES: dict[str, Tolerance] = {
+    "float32": Tolerance(
         rtol=2e-5,
         atol=1e-30,
         summary="fp32 max/sum-exp per row, exp and one rounding of the result, with 2x room",
@@ -66,7 +79,7 @@ TOLERANCES: dict[torch.dtype, Tolerance] = {
         "over the worst case (typical errors are ~10 u). Exp's argument: + 2e-5/64 x (|x| + |m|) x p. "
         "atol 1e-30 only absorbs flush-to-zero of p below the fp32 normal range (1.2e-38)",
     ),
-    torch.float16: Tolerance(
+    "float16": Tolerance(
         rtol=2e-5,
         vtol=2.0**-10,
         atol=2.0**-24,
@@ -76,7 +89,7 @@ TOLERANCES: dict[torch.dtype, Tolerance] = {
         "ulp (vtol 2^-10 x |dx|). atol = 2^-24, the spacing of fp16 subnormals, for |dx| below 6.1e-5. A row "
         "max or sum-exp kept in fp16 is off by fp16 ulps of the whole row, which these terms do not cover",
     ),
-    torch.bfloat16: Tolerance(
+    "bfloat16": Tolerance(
         rtol=2e-5,
         vtol=2.0**-6,
         atol=1e-30,
@@ -87,6 +100,8 @@ TOLERANCES: dict[torch.dtype, Tolerance] = {
         "so the floor is the fp32 one",
     ),
 }
+
+OUTPUTS = (TensorOutput("dx", ("M", "C"), TOLERANCES),)
 
 # Central difference on the loss L(x) = grad * F.cross_entropy(x, t, ignore_index) in fp64:
 # (L(x + h e) - L(x - h e)) / 2h has truncation error h^2/6 |L'''| ~ 1e-11 and rounding error
@@ -107,6 +122,157 @@ BENCHMARK_SHAPES: tuple[tuple[int, int], ...] = ((4096, 32768), (16384, 1024), (
 BENCHMARK_DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")
 #: Fraction of benchmark rows whose target is ignore_index (padding tokens of a batch).
 BENCHMARK_IGNORED_FRACTION = 1.0 / 16
+
+
+
+def checks(device: str) -> tuple:
+    """The checks in order; the CPU interpreter gets 4 rows where a GPU gets 64. Each case
+    draws its own logits, targets (ignored rows among them), grad and ignore_index
+    (inputs.drawn)."""
+    import torch
+
+    from grader.assignments.softmax_cross_entropy_backward import inputs
+    from grader.assignments.softmax_cross_entropy_backward.oracle import autograd_xent_grad_fp64, loss_fp64
+
+    rows = 4 if device == "cpu" else 64
+
+    def case(m: int, c: int, dtype: str = "float32", *, key: str = "", label: str = "", layouts=None, **draw) -> CaseSpec:
+        return CaseSpec(dims={"M": m, "C": c}, dtype=dtype, layouts=layouts or {}, key=key, label=label,
+                        draw=inputs.drawn(m, c, dtype=dtype, **draw))
+
+    def fixed(x: torch.Tensor, t: torch.Tensor, label: str) -> CaseSpec:
+        return CaseSpec(dims={"M": x.shape[0], "C": x.shape[1]}, label=label,
+                        draw=lambda generator: inputs.case_of(x, t, 1.0))
+
+    def autograd(case: Case, placed) -> dict:
+        return {"dx": autograd_xent_grad_fp64(placed["x"], placed["t"], placed["grad"], placed["ignore_index"])}
+
+    # The lesson's worked example: p = [0.25, 0.60, 0.15], target 1, grad 1, one row; then two
+    # rows (the second p = [0.25, 0.65, 0.10], target 1): each row divided by n_valid = 2.
+    first = torch.tensor([0.25, 0.60, 0.15], dtype=torch.float64)
+    second = torch.tensor([0.25, 0.65, 0.10], dtype=torch.float64)
+    example = (
+        fixed(first.log()[None], torch.tensor([1]),
+              label="x = log([0.25, 0.60, 0.15]), t = [1], grad 1 (expected [0.25, -0.40, 0.15])"),
+        fixed(torch.stack([first, second]).log(), torch.tensor([1, 1]),
+              label="x = log([[0.25, 0.60, 0.15], [0.25, 0.65, 0.10]]), t = [1, 1], grad 1 (expected "
+                    "[[0.125, -0.2, 0.075], [0.125, -0.175, 0.05]])"),
+    )
+    # ignore_index: the default -100, -1, a valid class (3: rows whose target is 3 are ignored,
+    # as in PyTorch), every row ignored (dx = 0), one valid row among ignored ones (n_valid = 1).
+    m = rows + 2
+
+    def one_valid(generator):
+        x, t = inputs.random_case(generator, 7, 64, ignored=(0, 1, 2, 3, 4, 6))
+        t[5] = 63
+        return inputs.case_of(x, t, 2.0)
+
+    ignore_index = (
+        case(m, 200, grad=2.5, ignored=range(1, m - 1, 2), key="default",
+             label=f"({m}, 200) float32, every other row's target -100 (the default ignore_index)"),
+        case(5, 300, grad=0.6, ignored=(1, 3), ignore_index=-1, key="minus_one",
+             label="(5, 300) float32, ignore_index=-1, rows 1 and 3 ignored"),
+        case(6, 50, grad=-1.0, ignored=(1, 4), ignore_index=3, key="a_class",
+             label="(6, 50) float32, ignore_index=3 (a valid class: rows with target 3 are ignored)"),
+        case(4, 100, ignored=range(4), key="all_ignored",
+             label="(4, 100) float32, every target -100 (n_valid = 0: dx is all zeros)"),
+        CaseSpec(dims={"M": 7, "C": 64}, key="one_valid", label="(7, 64) float32, only row 5 valid (n_valid = 1)",
+                 draw=one_valid),
+    )
+
+    def large(m: int, c: int, dtype: str, target_hot: bool) -> CaseSpec:
+        def draw(generator):
+            x, hot = inputs.large_logits(generator, m, c)
+            t = inputs.make_targets(generator, m, c)
+            if target_hot:
+                t[2] = hot  # p is one-hot at the target: the row's dx is exactly 0
+            elif int(t[2]) == hot:
+                t[2] = (hot + 1) % c
+            return inputs.case_of(x, t, 1.0, dtype=dtype)
+        return CaseSpec(dims={"M": m, "C": c}, dtype=dtype, draw=draw,
+                        label=f"({m}, {c}) {dtype}, logits at +-1e4 (rows: all near +1e4; all near -1e4; one logit "
+                              f"at 1e4; alternating +-1e4)")
+
+    def out_of_range(t: list[int]):
+        return lambda values: {**values, "t": torch.tensor(t)}
+
+    def fresh(generator):
+        # Every round its own grad and ignored row, so a result cached by address is stale.
+        x, t = inputs.random_case(generator, 4, 512, ignored=(int(torch.randint(4, (1,), generator=generator)),))
+        grad = float(torch.empty((), dtype=torch.float64).uniform_(0.5, 2.5, generator=generator))
+        return inputs.case_of(x, t, grad if int(torch.randint(2, (1,), generator=generator)) else -grad)
+
+    def first_ignored(case: Case) -> list[tuple[int, ...]]:
+        t = case.values["t"]
+        points = [(0, int(t[0]))]  # the target logit of a valid row
+        ignored = torch.nonzero(t == DEFAULT_IGNORE_INDEX).flatten()
+        if len(ignored):
+            points.append((int(ignored[0]), 5))  # a logit of an ignored row: slope 0
+        return points
+
+    def row_name(placed, row: int) -> str:
+        return f"row {row} ({'ignored' if int(placed['t'][row]) == placed['ignore_index'] else 'valid'}) of dx"
+
+    mismatch = CaseSpec(dims={"M": 4, "C": 8}, draw=inputs.drawn(4, 8, ignored=()))
+    return (
+        ValueCheck("example_three_class", example),
+        ValueCheck("autograd_fp32", (case(rows, 128), case(3, 1000, grad=0.37, ignored=()),
+                                     case(rows + 1, 1025, grad=-2.5), case(2, 4096, grad=4.0, ignored=()),
+                                     case(rows, 3071)), reference=autograd),
+        ValueCheck("half_precision", tuple(case(m, c, dtype, grad=grad, key=f"{dtype}/{m}x{c}")
+                                           for dtype in ("float16", "bfloat16")
+                                           for (m, c), grad in (((rows, 1000), 1.0), ((3, 4097), -0.5),
+                                                                ((2, LONG_ROW), 2.0)))),
+        # Rows 0-2 of make_logits' cycle (spreads 1, 4, 0.1): the loss stays small (|L| < 10), so
+        # the fp64 difference quotient is good to ~1e-10.
+        CentralDifference("central_difference", (case(3, 37, grad=0.8, ignored=(1,)), case(2, 300, grad=-1.5, ignored=())),
+                          output="dx", variable="x", at_placed=True, chosen=first_ignored,
+                          h=CENTRAL_DIFFERENCE_H, atol=CENTRAL_DIFFERENCE_ATOL,
+                          loss=lambda case, x: loss_fp64(x, case.values["t"], case.values["grad"],
+                                                         int(case.values.get("ignore_index", DEFAULT_IGNORE_INDEX)))),
+        # Exact for the fp32 x given: (sum p - 1) * grad / n_valid ~ 0 on valid rows, 0 on ignored rows.
+        Invariant("row_sum_invariant", (case(rows + 2, 513), case(3, 8192, grad=-3.0)), output="dx",
+                  what="rows sum to ~0 (ignored rows to 0)", where=row_name),
+        ValueCheck("ignore_index", ignore_index, reference=autograd),
+        ValueCheck("stability_large_logits", (large(4, 1000, "float32", True), large(4, 4097, "float32", False),
+                                              large(4, 1000, "float16", True), large(4, 1000, "bfloat16", False))),
+        ValueCheck("strided_inputs", (case(rows, 300, layouts={"x": "transposed", "t": "step"}),
+                                      case(3, 1000, layouts={"x": "step"}),
+                                      case(rows + 1, 129, layouts={"x": "transposed_step", "t": "step"}),
+                                      case(rows, 257, "float16", layouts={"x": "transposed", "t": "step"}))),
+        OutputContract("output_contract", (CaseSpec(dims={"M": 5, "C": 300}), CaseSpec(dims={"M": 3, "C": 257},
+                                                                                       dtype="float16"))),
+        Rejects("rejects_mismatch", (
+            ("x (4, 8) with t of 5 targets", CaseSpec(dims=mismatch.dims, draw=mismatch.draw, key="t_length"),
+             lambda values: {**values, "t": torch.cat([values["t"], values["t"][:1]])}),
+            ("t of shape (4, 1) (targets are 1-D)", CaseSpec(dims=mismatch.dims, draw=mismatch.draw, key="t_2d"),
+             lambda values: {**values, "t": values["t"].unsqueeze(1)}),
+            ("t of dtype float32 (class indices are int64)",
+             CaseSpec(dims=mismatch.dims, draw=mismatch.draw, key="t_float", dtypes={"t": "float32"}),
+             lambda values: {**values, "t": values["t"].to(torch.float64)}),
+            ("grad of shape (4,) (one per row; this function takes the 0-d gradient of the mean loss)",
+             CaseSpec(dims=mismatch.dims, draw=mismatch.draw, key="grad_per_row"),
+             lambda values: {**values, "grad": torch.ones(4, dtype=torch.float64)}),
+        ), other_device=("t", "grad")),
+        RejectsRequiresGrad("rejects_requires_grad", {"M": 3, "C": 16}),
+        # Targets that are neither ignore_index nor a class: C (one past the last class), -1 with
+        # the default ignore_index, and -100 when ignore_index is -1 (then -100 is not special).
+        Rejects("rejects_out_of_range_targets", (
+            ("t = [0, 3, 8, 7] with C = 8", CaseSpec(dims=mismatch.dims, draw=mismatch.draw, key="class_c"),
+             out_of_range([0, 3, 8, 7])),
+            ("t = [0, -1, 3, 7] with the default ignore_index -100",
+             CaseSpec(dims=mismatch.dims, draw=mismatch.draw, key="minus_one"), out_of_range([0, -1, 3, 7])),
+            ("t = [0, -100, 3, 7] with ignore_index=-1",
+             CaseSpec(dims=mismatch.dims, draw=mismatch.draw, key="default_index_not_ignored"),
+             lambda values: {**values, "t": torch.tensor([0, -100, 3, 7]), "ignore_index": -1}),
+        )),
+        ValueCheck("edge_shapes", tuple(case(m, c, ignored=range(3, m - 1, 5))
+                                        for m, c in ((1, 1), (1, 1000), (7, 1), (3, 3), (257, 2), (2, 4097),
+                                                     (2, LONG_ROW), (1, LONGEST_ROW + 3)))),
+        FreshResults("fresh_results", CaseSpec(dims={"M": 4, "C": 512}, label="(4, 512) float32", draw=fresh)),
+        TritonKernel(),
+    )
+
 
 CHECK_NAMES = (
     "example_three_class",

@@ -5,12 +5,11 @@ Each program takes a block of columns and walks down the rows for each column's 
 sum-exp, then writes (p - y) * grad / n_valid with that column-wise p. Rows of dx no longer sum to 0; on a single
 row every p is 1.
 
-triton_kernel fails too: the calls where the mistake happens to give the right answer (every
-row ignored, or a single 1-class row) are replayed on new inputs, where it does not.
+triton_kernel is not run: every value check fails, and the replay judges only the launches of
+checks that passed (a failed check has shown the arithmetic wrong already).
 
 Expected failed checks: example_three_class, autograd_fp32, half_precision, central_difference,
-    row_sum_invariant, ignore_index, stability_large_logits, strided_inputs, edge_shapes, fresh_results,
-    triton_kernel
+    row_sum_invariant, ignore_index, stability_large_logits, strided_inputs, edge_shapes, fresh_results
 
 Expected hint: dim 0
 """
