@@ -391,6 +391,8 @@ class Assignment(Protocol):
         inputs / outputs: the call (``TensorInput``/``ScalarInput``; ``TensorOutput`` with its
             tolerance table), in argument and return order.
         check_names: the checks in the order they run and are shown.
+        gpu_only_checks: those of ``check_names`` the CPU interpreter cannot run (reported
+            "not run: GPU only" there).
         benchmark: how it is timed (BenchmarkSpec).
         reference_file: the course reference solution (a peer in the benchmark).
         template_file: the starter file.
@@ -401,6 +403,7 @@ class Assignment(Protocol):
     inputs: tuple[TensorInput | ScalarInput, ...]
     outputs: tuple[TensorOutput, ...]
     check_names: tuple[str, ...]
+    gpu_only_checks: tuple[str, ...]
     benchmark: BenchmarkSpec
     reference_file: Path
     template_file: Path

@@ -7,9 +7,8 @@ where no hint can tell its bug from the values. The first hint shown is the summ
 file's phrase and none of the other files' phrases of that assignment: a hint that names a bug
 the file does not have points the student the wrong way.
 
-The gradings are those of the corpus modules (test_corpus_wrong.py, test_xent_corpus.py,
-test_assignment_corpora.py): the same keys and settings in the session's pool, so each file is
-graded once per session whichever module asks first.
+The gradings are those of tests/grader/test_corpora.py (its keys and settings, in the session's
+pool), so each file is graded once per session whichever module asks first.
 """
 
 from __future__ import annotations
@@ -23,17 +22,18 @@ from grading_support import (
     expected_failed_from_docstring,
     expected_hint_from_docstring,
     requires_bwrap,
-    settings,
     skipped_checks,
     summary,
 )
+from test_corpora import key, submit_all
 
 from grader.assignments.softmax_backward import checks as softmax_checks
 from grader.contract import CheckOutcome, ResultDocument, summarize
 from grader.evaluate import diagnose_coverage
+from grader.manifest import MANIFESTS
 from grader.plan import CheckEvidence
 
-ASSIGNMENTS = ("softmax_backward", "softmax_cross_entropy_backward", "gemm_epilogue", "layernorm_backward")
+ASSIGNMENTS = tuple(MANIFESTS)
 
 
 def _wrong(name: str) -> list[Path]:
@@ -43,17 +43,10 @@ def _wrong(name: str) -> list[Path]:
 WRONG = [(name, path) for name in ASSIGNMENTS for path in _wrong(name)]
 
 
-def _key(name: str, path: Path) -> str:
-    """The key (and below, the settings) the corpus modules grade this file under."""
-    return f"wrong/{path.name}" if name == "softmax_backward" else f"{name}/wrong/{path.name}"
-
-
 @pytest.fixture(scope="module")
 def graded(gradings):
-    """Every wrong file of every assignment, graded once (seed 0, CPU interpreter)."""
-    for name, path in WRONG:
-        timeout = {} if name == "softmax_cross_entropy_backward" else {"child_timeout_s": 900}
-        gradings.submit(_key(name, path), path, assignment=name, grader_settings=settings(**timeout))
+    """Every corpus file of every assignment, graded once (seed 0, CPU interpreter)."""
+    submit_all(gradings)
     return gradings
 
 
@@ -74,7 +67,7 @@ def test_every_wrong_file_names_its_bug_phrase(name: str, path: Path):
 @requires_bwrap
 @pytest.mark.parametrize("name, path", [pytest.param(n, p, id=f"{n}/{p.stem}") for n, p in WRONG])
 def test_the_first_hint_names_the_files_bug_and_no_other(name: str, path: Path, graded):
-    document = graded.result(_key(name, path))
+    document = graded.result(key(name, path))
     shown = summarize(ResultDocument.model_validate(document))
     phrase = expected_hint_from_docstring(path)
     if not expected_failed_from_docstring(path) - skipped_checks(document):

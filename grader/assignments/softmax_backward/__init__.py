@@ -35,6 +35,7 @@ class SoftmaxBackward:
     outputs = (TensorOutput("dx", ("M", "N"), {str(dtype).replace("torch.", ""): tol
                                               for dtype, tol in spec.TOLERANCES.items()}),)
     check_names = spec.CHECK_NAMES
+    gpu_only_checks: tuple[str, ...] = spec.GPU_ONLY_CHECKS
     reference_file = HERE / "reference.py"
     template_file = HERE / "template.py"
     crash_hint = spec.CRASH_HINT

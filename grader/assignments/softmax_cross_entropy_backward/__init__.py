@@ -104,6 +104,7 @@ class SoftmaxCrossEntropyBackward:
     outputs = spec.OUTPUTS
     declared = DECLARED
     check_names = spec.CHECK_NAMES
+    gpu_only_checks: tuple[str, ...] = ()
     reference_file = HERE / "reference.py"
     template_file = HERE / "template.py"
     crash_hint = spec.CRASH_HINT
