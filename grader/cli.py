@@ -177,12 +177,13 @@ def _grade_one(args: argparse.Namespace, console, settings, prestarted) -> int:
 
 
 def _prestart_check_child(device: str, settings):
-    """``--job-on-stdin``: start the next grading's check child now (grader/runner.py
+    """``--job-on-stdin``: start the next grading's check child now (grader/children.py
     ``PrestartedChild``), unless ``settings.prestart_check_child`` is off; None when it cannot
     start (the grading then starts its child itself)."""
     if not settings.prestart_check_child:
         return None
-    from grader.runner import PrestartedChild, resolve_device
+    from grader.children import PrestartedChild
+    from grader.runner import resolve_device
 
     try:
         return PrestartedChild(device=resolve_device(device), settings=settings)

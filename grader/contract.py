@@ -299,7 +299,7 @@ class Placement(_Document):
 
 class CompileCost(BaseModel):
     """One Triton compilation of the check child (GPU; the CPU interpreter compiles nothing),
-    as the parent saw it on the child's progress pipe (grader/sandbox.py
+    as the parent saw it on the child's progress pipe (grader/progress.py
     ProgressLines.compile_report).
 
     Attributes:

@@ -130,7 +130,7 @@ def compile_cost_text(outcome: ChildOutcome) -> str:
 
 
 def cpu_timeout_message(outcome: ChildOutcome, settings: GraderSettings, during: str) -> str:
-    """The first words of a timeout under a CPU-time limit (grader/sandbox.py CpuClock): which
+    """The first words of a timeout under a CPU-time limit (grader/child_limits.py CpuClock): which
     clock ran out, what was running and for how long in CPU and wall seconds, and whether the
     machine was loaded (so that a timeout under load reads as such, not as the kernel's fault)."""
     if outcome.timeout_clock == "wall":

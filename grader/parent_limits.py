@@ -10,7 +10,7 @@ hostile file cannot hold it; these limits bound what is left, a bug of the grade
   ``--die-with-parent``), and the worker sees an infrastructure failure and retries.
 
 Privilege: started as root, the parent stays root, because a per-child cgroup (exact memory
-and process limits, OOM and refused-fork accounting; grader/sandbox.py ``_Cgroup``) needs
+and process limits, OOM and refused-fork accounting; grader/child_limits.py ``Cgroup``) needs
 it, and RLIMIT_NPROC, the alternative, counts every task of the uid. What root could do with
 a child's file is closed by the reader's checks instead; the children themselves run as uid
 65534 in user namespaces of their own with every capability dropped.

@@ -26,7 +26,7 @@ class GraderSettings(BaseSettings):
         child_timeout_s: time limit for the whole untrusted child, seconds: on a GPU, wall
             clock, not counting the time it spends compiling Triton kernels (up to
             ``compile_budget_s``); on the CPU interpreter, CPU seconds of the child's processes
-            (grader/sandbox.py CpuClock), so that a verdict does not depend on the machine's
+            (grader/child_limits.py CpuClock), so that a verdict does not depend on the machine's
             load, with a wall-clock ceiling of ``cpu_wall_ceiling_factor`` times as much.
         cpu_wall_ceiling_factor: on the CPU interpreter, a child is also stopped after this
             many times ``child_timeout_s`` of wall time (a child that sleeps or blocks uses no
@@ -35,7 +35,7 @@ class GraderSettings(BaseSettings):
         first_call_timeout_s: limit of the correctness child's first call (the plan's first,
             smallest input: 1x2 for softmax_backward) in CPU seconds of the child (2x as many
             wall seconds for a call that blocks), compile time left out
-            (grader/sandbox.py ``_FirstCallWatch``): a kernel that never returns there ends in
+            (grader/child_limits.py ``FirstCallWatch``): a kernel that never returns there ends in
             seconds with "did not return on a 1x2 input: an infinite loop?" instead of at
             ``child_timeout_s``. Far above what that call takes on the CPU interpreter: 0.3-1
             CPU s (its first launch loads the interpreter; autotuners are narrowed to one
@@ -78,7 +78,7 @@ class GraderSettings(BaseSettings):
             launched, one at a time.
         prestart_check_child: a grader started ahead of its job (``grader check
             --job-on-stdin``) starts its check child too, which loads Python, torch and Triton in
-            its sandbox and waits for its plan (grader/runner.py ``PrestartedChild``).
+            its sandbox and waits for its plan (grader/children.py ``PrestartedChild``).
     """
 
     model_config = SettingsConfigDict(env_prefix="GRADER_", extra="ignore")

@@ -164,7 +164,7 @@ def test_an_isolated_child_crowded_out_beside_the_main_one_runs_again_alone(smal
     context: a submission could fill the memory to crowd the check out), the check is not
     skipped, nor the grading failed, on that evidence: the child runs again, alone, and that
     run decides."""
-    import grader.runner as runner
+    from grader import children
     from grader.assignments import get_assignment
     from grader.contract import CapturedLog
     from grader.plan import CheckEvidence
@@ -187,7 +187,7 @@ def test_an_isolated_child_crowded_out_beside_the_main_one_runs_again_alone(smal
 
     (tmp_path / "cache").mkdir()
     evidence, finished, timings = CheckEvidence(calls={}, bank=plan.bank), set(), {}
-    runner._run_isolated(plan, assignment, REFERENCE.read_text(), evidence, finished, device="cpu",
+    children.run_isolated(plan, assignment, REFERENCE.read_text(), evidence, finished, device="cpu",
                          settings=settings(), grading_dir=tmp_path, cache_dir=tmp_path / "cache",
                          timings=timings, started=CrowdedOut())
     assert timings["isolated_child_beside_main"] == 1.5 and "isolated_child" in timings, timings
@@ -204,7 +204,7 @@ def test_a_compile_only_pass_that_faulted_the_gpu_is_run_again_without_it(monkey
     import grader.runner as runner
     from grader.harness.protocol import DoneReport
 
-    real_run_child = runner._run_child
+    real_run_child = runner.run_child
     seen = []
 
     def run_child(plan, assignment, source, *, isolated, settings, **kwargs):
@@ -217,7 +217,7 @@ def test_a_compile_only_pass_that_faulted_the_gpu_is_run_again_without_it(monkey
             outcome.progress.calls_started = 0
         return workdir, outcome
 
-    monkeypatch.setattr(runner, "_run_child", run_child)
+    monkeypatch.setattr(runner, "run_child", run_child)
     document = strict_json(grade_file(REFERENCE, assignment="softmax_backward", device="cpu", seed=0,
                                       settings=settings(precompile_threads=8)).to_json())
     assert seen == [(False, 8), (False, 0)], seen

@@ -16,7 +16,8 @@ import time
 
 from grading_support import REFERENCE, requires_bwrap, settings
 
-from grader.runner import PrestartedChild, grade_source
+from grader.children import PrestartedChild
+from grader.runner import grade_source
 
 pytestmark = requires_bwrap
 

@@ -13,7 +13,7 @@ import pytest
 from grading_support import REFERENCE, requires_bwrap
 from pydantic import ValidationError
 
-from grader import evidence, runner, sandbox
+from grader import child_limits, children, evidence, progress, runner, sandbox
 from grader.bwrap import Bubblewrap
 from grader.contract import ErrorKind, ExitCode, GradeJob, ResultDocument
 from grader.harness.protocol import CallReport
@@ -99,19 +99,19 @@ class _FakeProgress:
 
 
 def test_wall_clock_leaves_out_compile_time_up_to_the_budget():
-    clock = sandbox.WallClock(limit_s=10.0, compile_budget_s=30.0, progress=_FakeProgress(12.0))
+    clock = child_limits.WallClock(limit_s=10.0, compile_budget_s=30.0, progress=_FakeProgress(12.0))
     now = clock.started + 15.0
     assert clock.remaining_s(now) == pytest.approx(10.0 + 12.0 - 15.0)
     assert not clock.budget_exhausted(now)
-    greedy = sandbox.WallClock(limit_s=10.0, compile_budget_s=30.0, progress=_FakeProgress(1e9))
+    greedy = child_limits.WallClock(limit_s=10.0, compile_budget_s=30.0, progress=_FakeProgress(1e9))
     assert greedy.remaining_s(greedy.started + 40.0) == pytest.approx(0.0)  # hard cap: limit + budget
     assert greedy.budget_exhausted(greedy.started + 40.0)
-    plain = sandbox.WallClock(limit_s=10.0, compile_budget_s=30.0, progress=None)
+    plain = child_limits.WallClock(limit_s=10.0, compile_budget_s=30.0, progress=None)
     assert plain.remaining_s(plain.started + 11.0) == pytest.approx(-1.0)  # no pipe: compile time counts
 
 
 def test_wall_clock_leaves_out_the_parents_idle_time():
-    clock = sandbox.WallClock(limit_s=10.0, compile_budget_s=0.0, progress=None, idle_s=lambda now: 25.0)
+    clock = child_limits.WallClock(limit_s=10.0, compile_budget_s=0.0, progress=None, idle_s=lambda now: 25.0)
     assert clock.remaining_s(clock.started + 30.0) == pytest.approx(10.0 + 25.0 - 30.0)
 
 
@@ -144,7 +144,7 @@ def test_replay_process_idle_time_is_its_waits_for_plans_capped(tmp_path):
 
 def test_progress_lines_time_compilation_by_the_parents_clock(tmp_path):
     read, write = os.pipe()
-    lines = sandbox.ProgressLines(read)
+    lines = progress.ProgressLines(read)
     lines.start()
     os.write(write, b"import\ncall a/0\ncompile begin\n")
     time.sleep(0.5)
@@ -266,7 +266,7 @@ def test_progress_marks_give_the_childs_phases_by_the_parents_clock():
     """The first line of each phase is time-stamped as it arrives (ProgressLines.marks), and the
     runner turns the marks into the main child's phases (timings_s: child_startup, ...)."""
     read, write = os.pipe()
-    lines = sandbox.ProgressLines(read)
+    lines = progress.ProgressLines(read)
     started = time.monotonic()
     lines.start()
     for chunk in (b"import\n", b"precompile\ncompile begin\n", b"compile end\ncall a/0\n", b"call a/1\n",
@@ -276,10 +276,10 @@ def test_progress_marks_give_the_childs_phases_by_the_parents_clock():
     os.close(write)
     lines.join(timeout=5)
     assert list(lines.marks) == ["import", "precompile", "call", "benchmark", "done"]
-    phases = runner._child_phases(_outcome(progress=lines, started=started))
+    phases = children.child_phases(_outcome(progress=lines, started=started))
     assert list(phases) == ["child_startup", "child_import", "child_precompile", "child_checks", "child_rows"]
     assert all(0.1 < seconds < 2.0 for seconds in phases.values()), phases
-    assert runner._child_phases(_outcome()) == {}
+    assert children.child_phases(_outcome()) == {}
 
 
 def _check_with_job_on_stdin(job: str, work_root: Path | None = None) -> subprocess.CompletedProcess:
@@ -390,7 +390,7 @@ def test_a_cpu_run_gets_the_same_verdict_on_a_loaded_core(tmp_path):
 
 def test_compile_threads_scale_with_the_cores_and_the_memory_limit(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
-    threads = runner.precompile_threads
+    threads = children.precompile_threads
     assert threads(GraderSettings(precompile_threads=8, memory_limit_bytes=8 << 30)) == 8  # 1 GiB each
     assert threads(GraderSettings(precompile_threads=8, memory_limit_bytes=3 << 30)) == 3
     assert threads(GraderSettings(precompile_threads=8, memory_limit_bytes=512 << 20)) == 1  # never 0 by memory

@@ -27,6 +27,7 @@ from grader.evaluate import COVERAGE_MIN_RATIO, diagnose_coverage, hint_for
 from grader.plan import CheckEvidence, InputBank
 from grader.report import error_vs_tolerance
 from grader.runner import grade_source
+from grader.verdicts import decide_verdict
 
 TIMEOUT = GradingError(kind=ErrorKind.TIMEOUT, message="did not finish within 20 s")
 
@@ -38,18 +39,18 @@ def _outcome(name: str, passed: bool, skipped: bool = False) -> CheckOutcome:
 # ---- the verdict when a run ends early ---------------------------------------------------------
 def test_failures_before_an_error_make_the_verdict_failed():
     outcomes = [_outcome("a", True), _outcome("b", False), _outcome("c", False, skipped=True)]
-    assert runner._verdict(outcomes, TIMEOUT, 3, failures_before_error=True) is Verdict.FAILED
+    assert decide_verdict(outcomes, TIMEOUT, 3, failures_before_error=True) is Verdict.FAILED
     # A run that ended at the import, or hit a resource limit that broke the calls after it:
     # what "failed" there is not evidence of the submission's arithmetic.
-    assert runner._verdict(outcomes, TIMEOUT, 3, failures_before_error=False) is Verdict.ERROR
+    assert decide_verdict(outcomes, TIMEOUT, 3, failures_before_error=False) is Verdict.ERROR
     document = ResultDocument(assignment="x", verdict=Verdict.FAILED, error=TIMEOUT, checks=outcomes)
     assert document.exit_code == 1  # failed, with the timeout beside the failures
 
 
 def test_an_error_before_any_failure_stays_an_error():
     outcomes = [_outcome("a", True), _outcome("b", False, skipped=True)]
-    assert runner._verdict(outcomes, TIMEOUT, 2) is Verdict.ERROR
-    assert runner._verdict([_outcome("a", True), _outcome("b", True)], None, 2) is Verdict.PASSED
+    assert decide_verdict(outcomes, TIMEOUT, 2) is Verdict.ERROR
+    assert decide_verdict([_outcome("a", True), _outcome("b", True)], None, 2) is Verdict.PASSED
 
 
 # ---- hints -------------------------------------------------------------------------------------

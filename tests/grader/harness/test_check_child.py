@@ -1,5 +1,5 @@
 """The compile-only pass's bounds and per-kernel compile report on the child's side
-(grader/harness/check_child.py): each compilation is announced with its kernel and constexprs
+(grader/harness/check_child.py, compilation.py): each compilation is announced with its kernel and constexprs
 and closed with the child's memory, and the pass starts a compilation only under its memory
 budget. GPU compilation itself is measured on the H200 (scripts/gpu_styles.py); here Triton's
 ``compile`` is a stand-in with the same call shape."""
@@ -17,10 +17,11 @@ from types import SimpleNamespace
 import pytest
 import triton.compiler
 
-from grader import sandbox
+from grader import progress
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "grader" / "harness"))
 import check_child  # noqa: E402
+import compilation  # noqa: E402
 
 
 def test_each_compilation_is_announced_with_its_block_size_and_closed_with_memory(monkeypatch):
@@ -30,9 +31,9 @@ def test_each_compilation_is_announced_with_its_block_size_and_closed_with_memor
 
     monkeypatch.setattr(triton.compiler, "compile", fake_compile)
     read, write = os.pipe()
-    lines = sandbox.ProgressLines(read)
+    lines = progress.ProgressLines(read)
     lines.start()
-    check_child.report_each_compilation(check_child.Progress(write))
+    compilation.report_each_compilation(check_child.Progress(write))
     fn = SimpleNamespace(arg_names=["x_ptr", "n", "BLOCK_SIZE", "EVEN"])
     src = SimpleNamespace(fn=fn, name="_row_kernel", constants={(2,): 262144, (3,): True})
     os.write(write, b"import\n")
@@ -48,7 +49,7 @@ def test_each_compilation_is_announced_with_its_block_size_and_closed_with_memor
 
 def test_progress_lines_keep_open_compilations_and_ignore_malformed_marks():
     read, write = os.pipe()
-    lines = sandbox.ProgressLines(read)
+    lines = progress.ProgressLines(read)
     lines.start()
     os.write(write, b'import\ncompiling 1 {"kernel": "_k", "constants": {"BLOCK": 65536}, "num_warps": 8}\n'
                     b'compiling 2 not json\ncompiled 7 {"rss_bytes": 5}\n')
@@ -62,7 +63,7 @@ def test_progress_lines_keep_open_compilations_and_ignore_malformed_marks():
 
 @pytest.mark.parametrize(("budget", "most_at_once"), [(1, 1), (1 << 50, 4)])
 def test_the_pass_starts_a_compilation_only_under_its_memory_budget(budget, most_at_once):
-    executor = check_child.MemoryGatedExecutor(4, budget)
+    executor = compilation.MemoryGatedExecutor(4, budget)
     running, peak, lock = [0], [0], threading.Lock()
 
     def compile_one():
@@ -83,14 +84,14 @@ def test_the_pass_starts_a_compilation_only_under_its_memory_budget(budget, most
 
 def test_the_memory_gate_counts_the_compilers_subprocesses():
     # ptxas runs as a subprocess of the child: its memory is in no VmRSS of the child itself.
-    before_tree, before_self = check_child._tree_resident_bytes(), check_child._memory_bytes()[0]
+    before_tree, before_self = compilation._tree_resident_bytes(), compilation._memory_bytes()[0]
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time; b = bytearray(300 << 20); "
                                "b[::4096] = b'x' * len(b[::4096]); print('ready', flush=True); time.sleep(30)"],
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "ready"
-        grown_tree = check_child._tree_resident_bytes() - before_tree
-        grown_self = check_child._memory_bytes()[0] - before_self
+        grown_tree = compilation._tree_resident_bytes() - before_tree
+        grown_self = compilation._memory_bytes()[0] - before_self
     finally:
         holder.kill()
         holder.wait()
