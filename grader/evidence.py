@@ -177,15 +177,18 @@ def child_error(outcome: ChildOutcome, workdir: Path, settings: GraderSettings, 
     """
     where = _last_progress(outcome)
     during = f" during {where}" if where else ""
-    if outcome.timed_out:
-        return GradingError(kind=ErrorKind.TIMEOUT, message=timeout_message(outcome, settings, device=device, where=where,
-                                                                            first_input=first_input),
-                            details=timing_details(outcome))
+    # Memory first: a child at its memory limit spends its time in the kernel's reclaim, so a
+    # time limit it meets there is the memory's doing (a 16 GiB allocation under a 2 GiB limit
+    # met the first call's 5 CPU s on a loaded machine).
     if outcome.memory_exceeded:
         return GradingError(kind=ErrorKind.RESOURCE_LIMIT,
                             message=f"used more than {settings.memory_limit_bytes / 2**30:.3g} GiB of host memory{during}"
                                     + compile_cost_text(outcome),
                             details={"compilations": compile_report(outcome)[:8]} if compile_report(outcome) else {})
+    if outcome.timed_out:
+        return GradingError(kind=ErrorKind.TIMEOUT, message=timeout_message(outcome, settings, device=device, where=where,
+                                                                            first_input=first_input),
+                            details=timing_details(outcome))
     if outcome.output_exceeded:
         return GradingError(kind=ErrorKind.RESOURCE_LIMIT,
                             message=f"printed more than {settings.output_kill_bytes / 2**20:.3g} MiB of output{during}")

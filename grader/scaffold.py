@@ -219,6 +219,7 @@ class Assignment:
     inputs = spec.INPUTS
     outputs = spec.OUTPUTS
     check_names = spec.CHECK_NAMES
+    gpu_only_checks: tuple[str, ...] = ()
     reference_file = HERE / "reference.py"
     template_file = HERE / "template.py"
     crash_hint = spec.CRASH_HINT

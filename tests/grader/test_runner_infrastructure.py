@@ -49,6 +49,19 @@ def test_child_that_never_started_is_an_infrastructure_error(tmp_path):
         evidence.child_error(_outcome(progress=_Progress(None, None)), tmp_path, GraderSettings())
 
 
+def test_a_child_at_its_memory_limit_is_a_resource_limit_even_when_a_time_limit_ended_it(tmp_path):
+    # Under load a 16 GiB allocation in a 2 GiB cgroup met the first call's CPU limit while the
+    # kernel reclaimed: the memory limit is what it ran into.
+    outcome = _outcome(returncode=-9, signal=9, timed_out=True, first_call_timed_out=True, memory_exceeded=True,
+                       progress=_Progress("import", "call example_two_element/0"))
+    error = evidence.child_error(outcome, tmp_path, GraderSettings(memory_limit_bytes=2 << 30))
+    assert error.kind == "resource_limit" and "2 GiB of host memory" in error.message, error
+    alone = evidence.child_error(_outcome(returncode=-9, signal=9, timed_out=True, first_call_timed_out=True,
+                                          progress=_Progress("import", "call example_two_element/0")),
+                                 tmp_path, GraderSettings())
+    assert alone.kind == "timeout", alone
+
+
 def test_child_that_started_then_exited_is_the_submissions_error(tmp_path):
     error = evidence.child_error(_outcome(returncode=0, progress=_Progress("import", "call autograd_fp32/0")), tmp_path,
                                  GraderSettings())
