@@ -103,7 +103,11 @@ EXPECTED = {
     "fails_then_hangs.py": Expect("failed", "timeout", failed=frozenset({"example_two_element", "autograd_fp32"}),
                                   options={"child_timeout_s": 20}),
     "stdout_flood.py": Expect("error", "resource_limit"),
-    "memory_bomb.py": Expect("error", "resource_limit", options={"memory_limit_bytes": 2 * GIB}),
+    # The first call's own 5 CPU s limit is set aside: on a loaded 2-core machine the 16 GiB fill
+    # was measured not to reach 2 GiB within it (then it is reported as a call that did not
+    # return); this file is about the memory limit.
+    "memory_bomb.py": Expect("error", "resource_limit", options={"memory_limit_bytes": 2 * GIB,
+                                                                "first_call_timeout_s": 120.0}),
     # A generous memory limit, so that the process limit (not the resident-set watchdog, which
     # adds up the shared pages of every forked copy) is what stops it.
     "fork_bomb.py": Expect("error", "resource_limit", options={"max_processes": 64, "memory_limit_bytes": 64 * GIB}),
