@@ -22,6 +22,8 @@ J = diag(p) - p p^T is never formed: J^T (-y / p) collapses to p - y.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from grader.assignments.protocol import (
     Case,
     CaseSpec,
@@ -205,7 +207,7 @@ def checks(device: str) -> tuple:
     def first_ignored(case: Case) -> list[tuple[int, ...]]:
         t = case.values["t"]
         points = [(0, int(t[0]))]  # the target logit of a valid row
-        ignored = torch.nonzero(t == DEFAULT_IGNORE_INDEX).flatten()
+        ignored = torch.nonzero(t == int(case.values.get("ignore_index", DEFAULT_IGNORE_INDEX))).flatten()
         if len(ignored):
             points.append((int(ignored[0]), 5))  # a logit of an ignored row: slope 0
         return points
@@ -243,27 +245,27 @@ def checks(device: str) -> tuple:
         OutputContract("output_contract", (CaseSpec(dims={"M": 5, "C": 300}), CaseSpec(dims={"M": 3, "C": 257},
                                                                                        dtype="float16"))),
         Rejects("rejects_mismatch", (
-            ("x (4, 8) with t of 5 targets", CaseSpec(dims=mismatch.dims, draw=mismatch.draw, key="t_length"),
+            ("x (4, 8) with t of 5 targets", replace(mismatch, key="t_length"),
              lambda values: {**values, "t": torch.cat([values["t"], values["t"][:1]])}),
             ("t of shape (4, 1) (targets are 1-D)", CaseSpec(dims=mismatch.dims, draw=mismatch.draw, key="t_2d"),
              lambda values: {**values, "t": values["t"].unsqueeze(1)}),
             ("t of dtype float32 (class indices are int64)",
-             CaseSpec(dims=mismatch.dims, draw=mismatch.draw, key="t_float", dtypes={"t": "float32"}),
+             replace(mismatch, key="t_float", dtypes={"t": "float32"}),
              lambda values: {**values, "t": values["t"].to(torch.float64)}),
             ("grad of shape (4,) (one per row; this function takes the 0-d gradient of the mean loss)",
-             CaseSpec(dims=mismatch.dims, draw=mismatch.draw, key="grad_per_row"),
+             replace(mismatch, key="grad_per_row"),
              lambda values: {**values, "grad": torch.ones(4, dtype=torch.float64)}),
         ), other_device=("t", "grad")),
         RejectsRequiresGrad("rejects_requires_grad", {"M": 3, "C": 16}),
         # Targets that are neither ignore_index nor a class: C (one past the last class), -1 with
         # the default ignore_index, and -100 when ignore_index is -1 (then -100 is not special).
         Rejects("rejects_out_of_range_targets", (
-            ("t = [0, 3, 8, 7] with C = 8", CaseSpec(dims=mismatch.dims, draw=mismatch.draw, key="class_c"),
+            ("t = [0, 3, 8, 7] with C = 8", replace(mismatch, key="class_c"),
              out_of_range([0, 3, 8, 7])),
             ("t = [0, -1, 3, 7] with the default ignore_index -100",
-             CaseSpec(dims=mismatch.dims, draw=mismatch.draw, key="minus_one"), out_of_range([0, -1, 3, 7])),
+             replace(mismatch, key="minus_one"), out_of_range([0, -1, 3, 7])),
             ("t = [0, -100, 3, 7] with ignore_index=-1",
-             CaseSpec(dims=mismatch.dims, draw=mismatch.draw, key="default_index_not_ignored"),
+             replace(mismatch, key="default_index_not_ignored"),
              lambda values: {**values, "t": torch.tensor([0, -100, 3, 7]), "ignore_index": -1}),
         )),
         ValueCheck("edge_shapes", tuple(case(m, c, ignored=range(3, m - 1, 5))
