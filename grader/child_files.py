@@ -59,7 +59,8 @@ class FileKind:
 REPORT = FileKind("report", 4 << 20)
 #: ``step_<i>.safetensors``: each call's output and, where asked, its input bases after the
 #: call; the largest (fp32 bases of the CPU and GPU plans, large_offsets' sampled rows) are
-#: tens of MiB. Loaded by mapping the checked file, not by reading it into memory.
+#: tens of MiB. Read into memory (never mapped); every step file of one grading together is held
+#: to this cap as well (grader/evidence.py read_evidence).
 TENSORS = FileKind("tensor file", 4 << 30)
 #: ``recording/recording.json``: at most protocol.MAX_KERNELS kernels and
 #: MAX_LAUNCHES_PER_CALL launches per call, a few hundred bytes each.
@@ -205,25 +206,70 @@ class ChildFolder:
         with self.open(relative, kind) as opened:
             return opened is not None
 
-    def load_tensors(self, relative: str, kind: FileKind = TENSORS) -> dict | None:
-        """The safetensors file's tensors (CPU), or None when it does not exist. The checked
-        descriptor itself is mapped (through ``/proc/self/fd``), so what is loaded is the file
-        that passed the checks, not whatever the path names by then.
+    def load_tensors(self, relative: str, kind: FileKind = TENSORS, *, max_tensors: int = 4096,
+                     max_bytes: int | None = None) -> dict | None:
+        """The safetensors file's tensors (CPU), or None when it does not exist.
+
+        The checked descriptor is read into the parent's memory (at most ``kind.cap_bytes``,
+        or ``max_bytes`` when smaller), never mapped: a map of a child-made file is read
+        lazily, so a sparse file (``ftruncate``) on a nearly full filesystem passed every
+        check and then killed the parent with SIGBUS when a page could not be backed. Its
+        header is checked before safetensors parses it: at most ``SAFETENSORS_HEADER_CAP``
+        bytes of JSON and ``max_tensors`` entries, so parsing stays linear and small.
 
         Raises:
+            ChildFileRejected: the file is not a checked regular file within the caps, or its
+                header announces more tensors than ``max_tensors`` (the grader's harness never
+                writes that many for one step).
             ValueError: not a valid safetensors file (safetensors' own error; its message
                 holds no bytes of the file's tensors).
         """
-        from safetensors.torch import load_file
+        from safetensors.torch import load
 
-        with self.open(relative, kind) as opened:
+        cap = kind if max_bytes is None or max_bytes >= kind.cap_bytes else FileKind(kind.label, max(0, max_bytes))
+        with self.open(relative, cap) as opened:
             if opened is None:
                 return None
-            fd, _info = opened
-            try:
-                return load_file(f"/proc/self/fd/{fd}")
-            except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types
-                raise ValueError(f"{relative} is not a valid safetensors file") from exc
+            data = read_to_cap(opened[0], relative, cap)
+        count = _safetensors_entries(data, relative)
+        if count > max_tensors:
+            raise ChildFileRejected(relative, f"its header lists {count} tensors, more than the {max_tensors} its "
+                                              "step can hold")
+        try:
+            return load(data)
+        except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types
+            raise ValueError(f"{relative} is not a valid safetensors file") from exc
+
+
+#: The most header JSON a step's safetensors file may have: about 150 bytes per tensor entry,
+#: for far more tensors than any step of the grader's harness writes.
+SAFETENSORS_HEADER_CAP = 1 << 20
+
+
+def _safetensors_entries(data: bytes, relative: str) -> int:
+    """How many tensors the safetensors header in `data` lists (its ``__metadata__`` aside).
+
+    Raises:
+        ChildFileRejected: the header is longer than ``SAFETENSORS_HEADER_CAP``.
+        ValueError: the header is missing, past the end, or not a JSON object.
+    """
+    import json
+
+    if len(data) < 8:
+        raise ValueError(f"{relative} is not a valid safetensors file")
+    length = int.from_bytes(data[:8], "little")
+    if length > SAFETENSORS_HEADER_CAP:
+        raise ChildFileRejected(relative, f"its header holds {length} bytes, over the {SAFETENSORS_HEADER_CAP} a "
+                                          "step's tensor file may have")
+    if 8 + length > len(data):
+        raise ValueError(f"{relative} is not a valid safetensors file")
+    try:
+        header = json.loads(data[8:8 + length])
+    except ValueError:
+        raise ValueError(f"{relative} is not a valid safetensors file") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{relative} is not a valid safetensors file")
+    return len(header) - ("__metadata__" in header)
 
 
 def read_to_cap(fd: int, relative: str, kind: FileKind) -> bytes:

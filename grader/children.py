@@ -338,7 +338,7 @@ def run_isolated(plan: Plan, assignment: Assignment, source: str, evidence: Chec
         for step in steps:
             step.skip_reason = f"not run: the inputs did not fit on the device ({reason[:300]})"
         return []
-    calls, isolated_finished = read_evidence(steps, workdir)
+    calls, isolated_finished = read_evidence(steps, workdir, plan.bank)
     evidence.calls.update(calls)
     finished |= isolated_finished
     error = (work_folder_full(grading_dir, settings) or child_error(outcome, workdir, settings, device=device)

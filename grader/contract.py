@@ -95,6 +95,9 @@ class ErrorKind(enum.StrEnum):
     RESOURCE_LIMIT = "resource_limit"  # memory, processes, output or the grading folder's space over the limit
     #: a file the grader reads back was replaced (a link, FIFO, device, folder, or over its cap)
     TAMPERED = "tampered"
+    #: the trusted side failed reading, parsing or checking what the run produced (its files,
+    #: pipes or text): the submission's error, charged (docs/security.md, "Who pays")
+    UNREADABLE_OUTPUT = "unreadable_output"
     INFRASTRUCTURE = "infrastructure"  # the grader or the machine failed: no verdict
 
 

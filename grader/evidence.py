@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
-from grader.child_files import REPORT, ChildFolder
+from grader.child_files import REPORT, TENSORS, ChildFolder
 from grader.contract import ErrorKind, GradingError
-from grader.harness.protocol import CallReport, DoneReport, StepReport
-from grader.plan import CallEvidence, Plan, PlannedCheck
+from grader.harness.protocol import MAX_OUTPUTS, CallReport, DoneReport, StepReport
+from grader.plan import CallEvidence, InputBank, Plan, PlannedCheck
 from grader.sandbox import ChildOutcome
 from grader.settings import GraderSettings, first_call_limit_s
 
@@ -241,18 +242,57 @@ def call_context(outcome: ChildOutcome, plan: Plan, kind: ErrorKind, crash_hint:
     return f". The call's inputs: {call.label}." + (crash_hint if kind is ErrorKind.CRASH else "")
 
 
-def read_evidence(steps: list[PlannedCheck], workdir: Path) -> tuple[dict[str, CallEvidence], set[str]]:
+#: Tensors one step file may hold per planned round: the output and its replay per returned
+#: tensor (protocol.MAX_OUTPUTS each) and each input base after the call, with room to spare.
+TENSORS_PER_ROUND = 4 * MAX_OUTPUTS + 16
+
+
+def step_tensor_bytes(step: PlannedCheck, bank: InputBank | None) -> int:
+    """The most bytes the tensors of one step's file may take: for each planned round, each
+    output's oracle size at 8 bytes an element, twice (the output and its replay), times
+    ``OUTPUT_SLACK`` for an output of the wrong shape or dtype, and each input base the round
+    saves after the call (from `bank`; without one, the outputs' bound again); plus 16 MiB.
+    An honest step's file is well inside it; a larger one is refused before it is read."""
+    total = 16 << 20
+    for call in step.calls:
+        rounds = len(call.round_ids)
+        outputs = sum(int(expectation.expected.numel()) for expectation in call.expectations(0)) if call.expected else 0
+        total += rounds * outputs * 8 * 2 * OUTPUT_SLACK
+        if call.save_inputs_after:
+            bases = {spec.base for spec in call.tensors()}
+            if bank is not None:
+                total += rounds * sum(int(bank.bases[b].numel() * bank.bases[b].element_size())
+                                      for b in bases if b in bank.bases)
+            else:
+                total += rounds * outputs * 8 * 2 * OUTPUT_SLACK
+    return total
+
+
+#: How many times an output's honest size (at 8 bytes an element) a step file may hold per output.
+OUTPUT_SLACK = 4
+
+
+def read_evidence(steps: list[PlannedCheck], workdir: Path,
+                  bank: InputBank | None = None) -> tuple[dict[str, CallEvidence], set[str]]:
     """Per-round evidence of every step the child finished, keyed by round id, and the names of
     the checks whose step left a report file. ``steps`` are the checks of the child's plan, in
     its order (Plan.steps). Malformed reports count as missing.
 
+    Linear in what the child wrote, and bounded by the plan: only the rounds the step planned
+    are taken (a report of any other id, or a second report of one, is ignored), each tensor
+    name is split once and filed under its round (no scan of every name per call), and a
+    step file holding more tensors than ``TENSORS_PER_ROUND`` per planned round, or more
+    bytes than ``step_tensor_bytes`` (sized from the plan and `bank`, the input bank), is
+    refused before a tensor is built (ChildFolder.load_tensors).
+
     Raises:
         ChildFileRejected: a report or tensor file is not a regular file of the child's
-            within its cap (grader/child_files.py).
+            within its cap (grader/child_files.py), or holds more tensors than its step can.
     """
     calls: dict[str, CallEvidence] = {}
     finished_steps: set[str] = set()
     folder = ChildFolder(workdir)
+    tensor_bytes_left = TENSORS.cap_bytes  # every step file of the grading together
     for index, step_check in enumerate(steps):
         raw = folder.read(f"step_{index}.json", REPORT)
         if raw is None:
@@ -262,23 +302,35 @@ def read_evidence(steps: list[PlannedCheck], workdir: Path) -> tuple[dict[str, C
             step = StepReport.model_validate_json(raw)
         except (ValidationError, ValueError):
             continue
+        planned = {round_id for call in step_check.calls for round_id in call.round_ids}
         try:
-            tensors = folder.load_tensors(f"step_{index}.safetensors") or {}
+            tensors = folder.load_tensors(f"step_{index}.safetensors",
+                                          max_bytes=min(tensor_bytes_left, step_tensor_bytes(step_check, bank)),
+                                          max_tensors=TENSORS_PER_ROUND * max(1, len(planned))) or {}
         except ValueError:  # a corrupt file reads as "no outputs"
             tensors = {}
-        for raw in step.calls:
+        tensor_bytes_left -= sum(t.numel() * t.element_size() for t in tensors.values())
+        by_round: dict[str, dict[str, Any]] = {}
+        for name, tensor in tensors.items():
+            round_id, _, key = name.partition(":")
+            if round_id in planned:
+                by_round.setdefault(round_id, {})[key] = tensor
+        for entry in step.calls[: 2 * len(planned)]:  # the harness writes one report per round
             try:
-                report = CallReport.model_validate(raw)
+                report = CallReport.model_validate(entry)
             except ValidationError:
                 continue
-            prefix = f"{report.id}:base_after:"
+            if report.id not in planned or report.id in calls:
+                continue
+            own = by_round.get(report.id, {})
             calls[report.id] = CallEvidence(
                 report=report,
-                out=tensors.get(f"{report.id}:out"),
-                bases_after={key.removeprefix(prefix): value for key, value in tensors.items() if key.startswith(prefix)},
-                replay_out=tensors.get(f"{report.id}:replay_out"),
-                more_outs=[tensors.get(f"{report.id}:out{k}") for k in range(1, 1 + len(report.more_outputs))],
-                more_replay_outs=_numbered(tensors, f"{report.id}:replay_out"),
+                out=own.get("out"),
+                bases_after={key.removeprefix("base_after:"): value for key, value in own.items()
+                             if key.startswith("base_after:")},
+                replay_out=own.get("replay_out"),
+                more_outs=[own.get(f"out{k}") for k in range(1, 1 + min(len(report.more_outputs), MAX_OUTPUTS))],
+                more_replay_outs=_numbered(own, "replay_out"),
             )
     return calls, finished_steps
 

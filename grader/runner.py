@@ -50,6 +50,7 @@ from grader.evidence import (
     compile_report,
     read_evidence,
 )
+from grader.parent_limits import ParentBudgetSpent, charged_cpu_budget, unreadable_output_error
 from grader.placement import finish_placement, start_placement
 from grader.plan import CheckEvidence, Plan
 from grader.settings import GraderSettings
@@ -188,12 +189,31 @@ def _checks_beside_isolated(plan: Plan, assignment: Assignment, source: str, rep
         pass_notes.append("The checks ran twice: the first run's compile-only pass (each call made once with its "
                           "Triton kernels compiled, not launched) left the GPU unusable, so the run was repeated "
                           "without that pass. Nothing of the first run counts.")
+    # From here on the parent reads and judges what the children produced: any failure it meets
+    # is the submission's charged error (docs/security.md, "Who pays"), within a CPU budget.
+    with charged_cpu_budget(settings.parent_evidence_cpu_s):
+        try:
+            return _judge_children(plan, assignment, source, replay_process, isolated, workdir, outcome, pass_notes,
+                                   device=device, settings=settings, grading_dir=grading_dir, cache_dir=cache_dir,
+                                   timings=timings, rows=rows, benchmark_options=benchmark_options)
+        except (InfrastructureError, ChildFileRejected, ParentBudgetSpent):
+            raise
+        except Exception as exc:  # noqa: BLE001 - who pays: what the submission produced broke a reader
+            return _Run(fields={"verdict": Verdict.ERROR, "error": unreadable_output_error(exc)})
+
+
+def _judge_children(plan: Plan, assignment: Assignment, source: str, replay_process, isolated: IsolatedChild | None,
+                    workdir: Path, outcome, pass_notes: list[str], *, device: str, settings: GraderSettings,
+                    grading_dir: Path, cache_dir: Path, timings: dict[str, float], rows: list[dict],
+                    benchmark_options) -> _Run:
+    """``_checks_beside_isolated`` once the main child ended: read its evidence, run the
+    isolated child and the replay, evaluate every check."""
     timings["child"] = outcome.duration_s
     timings["compile"] = outcome.compile_s
     if outcome.cpu_s is not None:  # CPU runs: the seconds the limit counts (child_limits.CpuClock)
         timings["child_cpu"] = outcome.cpu_s
     timings.update(child_phases(outcome))
-    evidence_calls, finished = read_evidence(plan.steps(isolated=False), workdir)
+    evidence_calls, finished = read_evidence(plan.steps(isolated=False), workdir, plan.bank)
     # A child that filled its grading's tmpfs ended for that, whatever it did next.
     process_error = work_folder_full(grading_dir, settings) or child_error(
         outcome, workdir, settings, device=device, first_input=first_input_of(plan))
@@ -413,6 +433,8 @@ def _grade_source(source: str | bytes, *, assignment: str, device: str, seed: in
         except ChildFileRejected as exc:
             # A file read back was replaced (a link, FIFO, device, folder, or over its cap): the
             # submission's error; nothing of the run is evidence.
+            run = _Run(fields={"verdict": Verdict.ERROR, "error": exc.grading_error()})
+        except ParentBudgetSpent as exc:
             run = _Run(fields={"verdict": Verdict.ERROR, "error": exc.grading_error()})
         except OSError as exc:
             full = work_folder_full(grading_dir, settings, exc)

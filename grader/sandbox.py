@@ -28,7 +28,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.bwrap import SandboxUnavailable, resolve_bwrap
-from grader.child_limits import Cgroup, CpuClock, FirstCallWatch, WallClock, machine_load, tasks_of_uid
+from grader.child_limits import (
+    Cgroup,
+    CpuClock,
+    FirstCallWatch,
+    WallClock,
+    held_memory_bytes,
+    machine_load,
+    tasks_of_uid,
+)
 from grader.openmp import OMP_WAIT_POLICY
 from grader.progress import ProgressLines
 from grader.settings import GraderSettings
@@ -252,6 +260,9 @@ def _bwrap_command(
         "--hostname", "sandbox",
         "--proc", "/proc",
         "--dev", "/dev",
+        # /dev/shm is a folder of bubblewrap's unsized /dev tmpfs otherwise: its own size here.
+        "--size", str(settings.shm_bytes),
+        "--tmpfs", "/dev/shm",
         "--size", str(settings.tmpfs_bytes),
         "--tmpfs", "/tmp",
         "--ro-bind", "/usr", "/usr",
@@ -379,7 +390,8 @@ def run_sandboxed(
         os.makedirs(home, exist_ok=True)
         command = [python, "-I", str(harness), *args]
     env = build_environment(device=device, home=home, cache_dir=str(cache_dir) if cache_dir is not None else None)
-    cgroup = Cgroup(settings.memory_limit_bytes, settings.max_processes) if os.geteuid() == 0 else None
+    cgroup = (Cgroup(settings.memory_limit_bytes, settings.max_processes)
+              if os.geteuid() == 0 and settings.use_cgroup else None)
     limits = {
         "wall_s": settings.child_timeout_s,
         "compile_budget_s": compile_budget_s if progress else 0.0,
@@ -455,6 +467,7 @@ def run_sandboxed(
     capture = _OutputCapture(process.stdout, settings.log_cap_bytes, settings.output_kill_bytes, lambda: kill("output"))
     capture.start()
     watchdog_stop = threading.Event()
+    watch_peak: dict[str, int] = {}  # the watchdog's largest samples, bytes, by kind
 
     def watch_memory() -> None:
         try:
@@ -467,11 +480,16 @@ def run_sandboxed(
             return
         while not watchdog_stop.wait(0.1):
             try:
-                tree = [root, *root.children(recursive=True)]
-                rss = sum(p.memory_info().rss for p in tree if p.is_running())
+                tree = [root.pid, *(p.pid for p in root.children(recursive=True))]
             except psutil.Error:
                 continue
-            if rss > settings.memory_limit_bytes:
+            # Every form the tree can hold memory in without a cgroup: resident sets, memfds
+            # and deleted tmpfs files held open, the sandbox's tmpfs mounts (/tmp, /dev/shm).
+            held = held_memory_bytes(tree)
+            total = sum(held.values())
+            watch_peak.update({key: max(watch_peak.get(key, 0), value) for key, value in
+                               {**held, "total": total}.items()})
+            if total > settings.memory_limit_bytes:
                 kill("memory")
                 return
 
@@ -544,6 +562,8 @@ def run_sandboxed(
     elif use_bwrap and returncode is not None and returncode > 128:
         signal_number = returncode - 128  # bubblewrap's PID 1 reports a signal death as 128 + N
     memory_exceeded = "memory" in killed_for or (oom and signal_number is not None)
+    if watch_peak:
+        limits["watchdog_peak_bytes"] = dict(watch_peak)
     return ChildOutcome(
         returncode=returncode,
         timed_out="timeout" in killed_for or "first_call" in killed_for,

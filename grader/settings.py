@@ -54,6 +54,13 @@ class GraderSettings(BaseSettings):
         log_cap_bytes: captured stdout+stderr kept in the result (head and tail), bytes.
         output_kill_bytes: a child printing more than this is killed (runaway output), bytes.
         tmpfs_bytes: size of the child's private /tmp (holds its Triton cache), bytes.
+        use_cgroup: give each child a cgroup of its own (memory and tasks) when this process
+            may make one (root, cgroup v1 or a writable v2 parent); false takes the fallback
+            every non-root deployment has: RLIMIT_AS and RLIMIT_NPROC plus the watchdog that
+            counts memory in every form (grader/child_limits.py ``held_memory_bytes``).
+        shm_bytes: size of the child's private /dev/shm, bytes (bubblewrap's /dev is an unsized
+            tmpfs otherwise). Without a memory cgroup the watchdog counts both tmpfs mounts'
+            use against ``memory_limit_bytes`` (grader/child_limits.py ``held_memory_bytes``).
         work_root: where per-run work folders are made (default: the system temp dir; with
             ``work_fs_bytes``, the mount point of the grading's own tmpfs: default
             ``<temp dir>/grader-work-<uid>``, an empty folder on the host).
@@ -72,6 +79,11 @@ class GraderSettings(BaseSettings):
             seconds: past it the process ends itself (SIGALRM), an infrastructure failure the
             worker retries. Below the worker's own outer limit (``GRADER_GRADER_TIMEOUT_S``,
             1,800 s), so that the grader ends first and its children with it.
+        parent_evidence_cpu_s: CPU seconds (of every thread of the grader) it may spend, from the
+            end of the main check child, reading and judging what the children produced (the
+            isolated child and the replay included; waiting costs none): past it the grading
+            ends as the submission's ``resource_limit`` error (grader/parent_limits.py
+            ``charged_cpu_budget``). 0: no budget.
         precompile_threads: threads the correctness child (GPU only) compiles the submission's
             Triton specialisations on before its checks run (check_child.py ``precompile``:
             one compile-only pass over the planned calls); 0 compiles each one when it is first
@@ -95,6 +107,8 @@ class GraderSettings(BaseSettings):
     log_cap_bytes: int = Field(default=64 * 1024, gt=0)
     output_kill_bytes: int = Field(default=32 * 1024**2, gt=0)
     tmpfs_bytes: int = Field(default=1024**3, gt=0)
+    shm_bytes: int = Field(default=256 * 1024**2, gt=0)
+    use_cgroup: bool = True
     work_root: str | None = None
     # 4 GiB: an honest grading's folder holds its inputs, step outputs, recording and Triton
     # cache, tens to hundreds of MiB (docs/security.md).
@@ -103,6 +117,9 @@ class GraderSettings(BaseSettings):
     parent_memory_bytes: int = Field(default=32 * 1024**3, gt=0)
     parent_max_open_files: int = Field(default=4096, ge=64)
     parent_timeout_s: float = Field(default=1750.0, gt=0)
+    # 60 CPU s: an honest grading's evidence is read and judged in about a second (timings_s
+    # "oracles"); docs/security.md, "Who pays".
+    parent_evidence_cpu_s: float = Field(default=60.0, ge=0)
     precompile_threads: int = Field(default=8, ge=0, le=64)
     prestart_check_child: bool = True
 

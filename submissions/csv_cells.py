@@ -51,10 +51,18 @@ class SafeCsvWriter:
 
     def __init__(self, buffer: _Writable, *, lineterminator: str = "\n") -> None:
         self._writer = csv.writer(buffer, lineterminator=lineterminator)
+        # The csv module quotes a field holding a character of the line terminator only: with
+        # "\n" a lone carriage return went out unquoted, and a reader that breaks rows at CR
+        # (spreadsheets do) saw a new row whose first cell could be "=cmd|...". A row with a CR
+        # in any cell is written with every field quoted.
+        self._quoted = csv.writer(buffer, lineterminator=lineterminator, quoting=csv.QUOTE_ALL)
 
     def writerow(self, row: Iterable[Any]) -> None:
-        """Write one row, each cell neutralised."""
-        self._writer.writerow([safe_cell(cell) for cell in row])
+        """Write one row, each cell neutralised (a row with a carriage return in a cell: every
+        field quoted)."""
+        cells = [safe_cell(cell) for cell in row]
+        carriage_return = any(isinstance(cell, str) and "\r" in cell for cell in cells)
+        (self._quoted if carriage_return else self._writer).writerow(cells)
 
     def writerows(self, rows: Iterable[Iterable[Any]]) -> None:
         """Write each row of `rows` (``writerow``)."""

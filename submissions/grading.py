@@ -30,8 +30,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from grader.contract import CheckOutcome, ExitCode, GradeJob, ResultDocument
-from grader.stages import STAGE_FILE_NAME, STAGE_FILE_VARIABLE, StageReport, read_stage_file
+from grader.contract import CheckOutcome, ErrorKind, ExitCode, GradeJob, GradingError, ResultDocument, Verdict
+from grader.stages import STAGE_FILE_NAME, STAGE_FILE_VARIABLE, GradingStage, StageReport, read_stage_file
 from submissions.models import SubmissionStatus
 from submissions.settings import Settings
 from submissions.storage import GradingWorkspace, cap_text, grading_workspace, read_capped
@@ -391,13 +391,21 @@ def _wait_for_grader(settings: Settings, process: subprocess.Popen[bytes], works
     except (ProcessLookupError, PermissionError):
         pass
     duration_s = time.monotonic() - started
+    report = read_stage_file(stage_file)  # the last stage the grader reached, whoever listened
     return interpret_grader_run(
         settings,
         workspace=workspace,
         exit_code=process.returncode,
         timed_out=timed_out,
         duration_s=duration_s,
+        stage=report.stage if report is not None else None,
     )
+
+
+#: Stages at which the submission's own code has run (its module was imported before its
+#: first call or compile-only pass): a grader that breaks from then on may have been broken by
+#: what that code produced.
+SUBMISSION_RAN_STAGES = frozenset({GradingStage.COMPILING, GradingStage.CHECKS, GradingStage.BENCHMARK})
 
 
 def interpret_grader_run(
@@ -407,20 +415,66 @@ def interpret_grader_run(
     exit_code: int,
     timed_out: bool,
     duration_s: float,
+    stage: GradingStage | None = None,
 ) -> GradingOutcome:
     """Turn a finished grader process (exit code + captured files) into an outcome.
 
+    Who pays (docs/security.md): a grader that dies by a signal, runs past the outer timeout,
+    exits with an unknown code or writes a document that is missing, malformed or contradicts
+    its exit code, *after* the submission's code ran (``stage`` in ``SUBMISSION_RAN_STAGES``,
+    from the grader's stage file), broke on what the submission produced: that is the
+    submission's charged ``error`` (kind ``unreadable_output``), never retried. Before that
+    stage, and for exit code 3 (the grader's own verdict that it or the machine failed), it is
+    an infrastructure failure, retried and uncharged.
+
     Raises:
-        InfrastructureFailure: for exit code 3, any unknown exit code, death by a signal,
-            the outer timeout, or a result document that is missing, unparseable or
-            inconsistent with the exit code.
+        InfrastructureFailure: for exit code 3, and for the failures above before the
+            submission's code ran.
     """
     stderr = read_capped(workspace.stderr_path, limit=settings.stored_log_cap_bytes).text
 
-    def failure(reason: str) -> InfrastructureFailure:
+    def failure(reason: str) -> Exception:
+        if stage in SUBMISSION_RAN_STAGES and exit_code != ExitCode.INFRASTRUCTURE:
+            return SubmissionCharged(_charged_outcome(reason, assignment=workspace.source_path.stem, stage=stage,
+                                                      exit_code=exit_code, duration_s=duration_s,
+                                                      grader_stderr=stderr))
         return InfrastructureFailure(
             reason, exit_code=exit_code, grader_stderr=stderr, duration_s=duration_s
         )
+
+    try:
+        return _interpret(settings, workspace=workspace, exit_code=exit_code, timed_out=timed_out,
+                          duration_s=duration_s, stderr=stderr, failure=failure)
+    except SubmissionCharged as charged:
+        return charged.outcome
+
+
+class SubmissionCharged(Exception):
+    """Internal: a grader failure that is the submission's charged error (``outcome``)."""
+
+    def __init__(self, outcome: GradingOutcome) -> None:
+        super().__init__(outcome.error_message)
+        self.outcome = outcome
+
+
+def _charged_outcome(reason: str, *, assignment: str, stage: GradingStage, exit_code: int, duration_s: float,
+                     grader_stderr: str) -> GradingOutcome:
+    """The stored ``error`` of a grader that broke after the submission's code ran."""
+    message = (f"grading ended while the grader read and checked what the run produced ({stage.label}): "
+               f"{reason}. This counts as an error of the submission")
+    document = ResultDocument(assignment=assignment, verdict=Verdict.ERROR, duration_s=duration_s, error=GradingError(
+        kind=ErrorKind.UNREADABLE_OUTPUT, message=message, details={"stage": stage.value}))
+    return GradingOutcome(
+        status=SubmissionStatus.ERROR, error_kind=ErrorKind.UNREADABLE_OUTPUT.value, error_message=message,
+        checks=[], result_document=document.model_dump(mode="json", by_alias=True),
+        benchmark=None, headline_speedup=None, versions=None, device=None, exit_code=exit_code,
+        duration_s=duration_s, log_text=None, log_truncated=False, grader_stderr=grader_stderr)
+
+
+def _interpret(settings: Settings, *, workspace: GradingWorkspace, exit_code: int, timed_out: bool,
+               duration_s: float, stderr: str, failure: Callable[[str], Exception]) -> GradingOutcome:
+    """``interpret_grader_run``'s reading of the exit code and the document; ``failure``
+    makes the exception for a grader that broke."""
 
     if timed_out:
         raise failure(f"the grader exceeded the outer timeout of {settings.grader_timeout_s:g} s")

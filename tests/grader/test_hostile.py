@@ -132,7 +132,19 @@ EXPECTED = {
     "result_oversized.py": Expect("error", "tampered", options=RESULT_FILE_OPTIONS, cli=True),
     "fills_grading_folder.py": Expect("error", "resource_limit", cli=True,
                                       options={**RESULT_FILE_OPTIONS, "work_fs_bytes": 256 * 2**20}),
+    # Who pays (docs/security.md): what the trusted side meets in the submission's bytes is the
+    # submission's charged error, ended within the child's limit plus seconds.
+    "markup_in_import_error.py": Expect("error", "import", options=RESULT_FILE_OPTIONS, cli=True),
+    "markup_on_progress_pipe.py": Expect("error", "timeout", options={"child_timeout_s": 20}, cli=True),
+    "quadratic_step_files.py": Expect("error", "tampered", options=RESULT_FILE_OPTIONS, cli=True),
+    "sparse_tensor_file.py": Expect("error", "tampered", cli=True,
+                                    options={**RESULT_FILE_OPTIONS, "work_fs_bytes": 256 * 2**20}),
+    # Without a cgroup (the documented non-root worker's path); the cgroup path: MEMORY_CGROUP_RUN.
+    "memory_outside_rss.py": Expect("error", "resource_limit", cli=True, options={
+        **RESULT_FILE_OPTIONS, "memory_limit_bytes": 2 * GIB, "use_cgroup": False}),
 }
+#: memory_outside_rss.py graded again with a memory cgroup (this suite runs as root).
+MEMORY_CGROUP_RUN = "hostile/memory_outside_rss.py@cgroup"
 CLI_FILES = sorted(name for name, expect in EXPECTED.items() if expect.cli)
 
 WRITE_OUTSIDE_MARK = "grader-hostile-write-outside"  # the file names write_outside.py tries
@@ -337,6 +349,8 @@ def hostile(gradings):
             gradings.submit_call(f"hostile/{path.name}", _grade_through_cli, path, options, cli_runs)
         else:
             gradings.submit(f"hostile/{path.name}", path, grader_settings=settings(**options))
+    gradings.submit(MEMORY_CGROUP_RUN, HOSTILE_DIR / "memory_outside_rss.py", grader_settings=settings(
+        **{**RESULT_FILE_OPTIONS, "memory_limit_bytes": 2 * GIB, "use_cgroup": True}))
     run = HostileRun(gradings, planted_secrets, markers, server, host_paths, syspath_dir, cli_runs)
     try:
         yield run
@@ -597,6 +611,27 @@ def test_a_linked_host_file_is_never_read(hostile):
     assert "step_0.json: it is a symbolic link" in document["error"]["message"], summary(document)
     for line in Path("/etc/passwd").read_text().splitlines()[:3]:
         assert line not in text, "the host file's content reached the result"
+
+
+def test_markup_in_the_submissions_text_is_data_and_charged(hostile):
+    """The import error's and the progress line's markup reach the result as written, and the
+    grader's exit code is the submission's error (2), not an infrastructure failure."""
+    imported = hostile.result("markup_in_import_error.py")
+    assert "[/] [bold red]x[/bold red]" in imported["error"]["message"], summary(imported)
+    spun = hostile.result("markup_on_progress_pipe.py")
+    assert "[/] [bold]x[/bold]" in spun["error"]["message"], summary(spun)
+
+
+def test_memory_outside_resident_sets_meets_the_limit_with_and_without_a_cgroup(hostile):
+    without = hostile.result("memory_outside_rss.py")
+    assert without["error"]["kind"] == "resource_limit", summary(without)
+    assert "rss-watchdog" in without["limits"]["enforced_by"], without["limits"]
+    peak = without["limits"]["watchdog_peak_bytes"]
+    assert peak["memfd"] + peak["tmpfs"] > GIB, peak  # counted where no resident set shows it
+    with_cgroup = hostile.gradings.result(MEMORY_CGROUP_RUN)
+    assert with_cgroup["verdict"] == "error" and with_cgroup["error"]["kind"] == "resource_limit", \
+        summary(with_cgroup)
+    assert any("memory" in way for way in with_cgroup["limits"]["enforced_by"]), with_cgroup["limits"]
 
 
 def test_filling_the_grading_folder_is_a_resource_limit(hostile):

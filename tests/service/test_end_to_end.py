@@ -206,15 +206,23 @@ def test_real_grader_passes_the_reference_and_fails_a_wrong_kernel(tmp_path: Pat
     assert time.monotonic() - started < 300
 
 
-def test_an_upload_queued_behind_a_replaced_result_file_is_graded_in_its_usual_time(tmp_path: Path) -> None:
-    """One worker; a file that replaces done.json by a link to /dev/ptmx (which held a worker
-    for 1,800 s per attempt), then the reference. The hostile file ends as the submission's
-    error (tampered) within the child's limit plus a few seconds, and the reference, graded
-    next, is not held up beyond that (issue 29)."""
-    hostile = (REPOSITORY_ROOT / "tests" / "corpus" / "softmax_backward" / "hostile"
-               / "result_link_to_ptmx.py").read_text()
+#: Hostile files of the corpus that attack what the trusted side reads (issues 29 and 33), with the
+#: error each must end as: the submission's, charged, never an infrastructure failure.
+HOSTILE_AHEAD = {"result_link_to_ptmx.py": "tampered", "markup_in_import_error.py": "import",
+                 "markup_on_progress_pipe.py": "timeout", "quadratic_step_files.py": "tampered"}
+
+
+def test_uploads_queued_behind_hostile_files_are_graded_in_their_usual_time(tmp_path: Path) -> None:
+    """One worker; files that attack the trusted side (a done.json linked to /dev/ptmx, which
+    held a worker 1,800 s per attempt; Rich markup in an import error and on the progress pipe,
+    and quadratic step files, each of which was an infrastructure failure retried three times),
+    then the reference. Each hostile file ends as the submission's error within the child's
+    limit plus a few seconds and counts as one upload; the reference, graded next, is not held
+    up beyond that (issues 29 and 33)."""
+    folder = REPOSITORY_ROOT / "tests" / "corpus" / "softmax_backward" / "hostile"
+    sources = [(name, (folder / name).read_text()) for name in HOSTILE_AHEAD]
     child_timeout_s = 60
-    hostile_bound_s = child_timeout_s + 30  # as tests/grader/test_hostile.py RESULT_FILE_BOUND_S
+    hostile_bound_s = child_timeout_s + 30  # each, as tests/grader/test_hostile.py RESULT_FILE_BOUND_S
     reference_bound_s = 150  # a grading of the reference on the CPU interpreter, loaded 2-core machine
     env = _environment(grader_device="cpu", grader_timeout_s="1800", child_timeout_s=str(child_timeout_s))
     with grader_serve(tmp_path, env) as base_url:
@@ -225,9 +233,10 @@ def test_an_upload_queued_behind_a_replaced_result_file_is_graded_in_its_usual_t
             student = {"Authorization": f"Bearer {token}"}
             ids = {}
             started = time.monotonic()
-            for label, source in (("hostile", hostile), ("reference", REFERENCE.read_text())):
+            for label, source in (*sources, ("reference", REFERENCE.read_text())):
                 response = client.post("/api/v1/submissions", headers=student,
-                                       files={"file": (f"{label}.py", source.encode())})
+                                       files={"file": (label if label.endswith(".py") else f"{label}.py",
+                                                       source.encode())})
                 assert response.status_code == 202, response.text
                 ids[label] = response.json()["id"]
             finished_after: dict[str, float] = {}
@@ -240,11 +249,15 @@ def test_an_upload_queued_behind_a_replaced_result_file_is_graded_in_its_usual_t
                         finished_after.setdefault(label, time.monotonic() - started)
                 return bodies if len(finished_after) == len(ids) else None
 
-            bodies = wait_until(finished, timeout=hostile_bound_s + reference_bound_s + 60, interval=0.5,
-                                message="the hostile file and the reference behind it")
-    assert bodies["hostile"]["status"] == "error", bodies["hostile"]
-    assert bodies["hostile"]["error"]["kind"] == "tampered", bodies["hostile"]["error"]
+            bodies = wait_until(finished, timeout=len(sources) * hostile_bound_s + reference_bound_s + 60,
+                                interval=0.5, message="the hostile files and the reference behind them")
+            used = client.get("/api/v1/assignments/softmax_backward", headers=student).json()["you"]
+    for position, (name, kind) in enumerate(HOSTILE_AHEAD.items(), start=1):
+        assert bodies[name]["status"] == "error", bodies[name]
+        assert bodies[name]["error"]["kind"] == kind, (name, bodies[name]["error"])
+        assert finished_after[name] < position * hostile_bound_s, (name, finished_after)
     assert bodies["reference"]["status"] == "passed", (bodies["reference"]["error"],
                                                        bodies["reference"]["grader_stderr"])
-    assert finished_after["hostile"] < hostile_bound_s, finished_after
-    assert finished_after["reference"] < hostile_bound_s + reference_bound_s, finished_after
+    assert finished_after["reference"] < len(sources) * hostile_bound_s + reference_bound_s, finished_after
+    # Every hostile upload counted (charged), the reference too: none was an infrastructure error.
+    assert used["submissions_used"] == len(ids), used

@@ -70,6 +70,34 @@ def test_infrastructure_failures_are_never_verdicts(directive: str, reason: str)
     assert reason in caught.value.reason
 
 
+@pytest.mark.parametrize(
+    ("directive", "reason"),
+    [
+        ("kill=1", "killed by SIGKILL"),
+        ("garbage=1", "no valid JSON"),
+        ("verdict=passed exit=1", "contradicts exit code"),
+        ("exit=7", "unexpected code 7"),
+    ],
+)
+def test_a_grader_that_breaks_after_the_submission_ran_is_the_submissions_charged_error(
+        directive: str, reason: str) -> None:
+    # Who pays (docs/security.md): once the submission's code ran (the grader reported the
+    # checks stage), a grader that breaks broke on what that code produced: an error verdict,
+    # counted against the student, never retried and never passed.
+    outcome = grade(f"stages=checks:0 {directive}")
+    assert outcome.status is SubmissionStatus.ERROR and outcome.error_kind == "unreadable_output"
+    assert reason in outcome.error_message and "running the correctness checks" in outcome.error_message
+    assert outcome.result_document["verdict"] == "error"
+    assert outcome.result_document["assignment"] == "softmax_backward"
+
+
+def test_the_graders_own_infrastructure_verdict_stays_infrastructure_after_the_checks_began() -> None:
+    with pytest.raises(InfrastructureFailure, match="infrastructure error"):
+        grade("stages=checks:0 exit=3")
+    with pytest.raises(InfrastructureFailure, match="killed by SIGKILL"):
+        grade("stages=preparing:0 kill=1")  # before the submission's code ran: ours
+
+
 def test_outer_timeout_kills_the_grader_and_is_not_a_pass() -> None:
     with pytest.raises(InfrastructureFailure) as caught:
         grade("sleep=30", grader_timeout_s=0.5)
