@@ -154,7 +154,8 @@ def test_the_isolated_child_overlaps_the_main_one(small_large_offsets, tmp_path)
     assert document["verdict"] == "passed", summary(document)
     timings = document["timings_s"]
     assert timings["child"] > 4 and timings["isolated_child"] > 4, timings
-    assert document["duration_s"] < timings["child"] + timings["isolated_child"], timings
+    # The plan's inputs are built before either child starts (12 s on a loaded 2-core machine).
+    assert document["duration_s"] - timings["inputs"] < timings["child"] + timings["isolated_child"], timings
 
 
 @pytest.mark.parametrize("left", ["inputs", "nothing"])
