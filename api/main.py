@@ -32,6 +32,7 @@ from api.routes import (
     audit,
     health,
     leaderboard,
+    lti,
     me,
     regrades,
     staff,
@@ -80,7 +81,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(RequestEdgeMiddleware)
     for router in (me.router, students.router, staff.router, assignments.router,
                    submissions.router, regrades.router, leaderboard.router, audit.router,
-                   health.router):
+                   lti.router, health.router):
         app.include_router(router)
     install_pages(app)
     install_openapi(app)
