@@ -354,6 +354,8 @@ class _Ags(AssignmentsGradesService):
 
         if line_item_id not in self.course.line_items:
             raise LineItemNotFoundException
+        if score.get("userId") not in self.course.people:
+            return UpdateScoreStatus.NOTAPPLIED  # 403: not a member of this course
         self.course.score_posts.append({"line_item": line_item_id, **score})
         key = (line_item_id, score["userId"])
         created = key not in self.course.scores
