@@ -19,6 +19,7 @@ from api.lti_schemas import (
     LtiSyncRead,
     lti_status,
 )
+from api.schemas import ErrorResponse
 from submissions import audit
 from submissions.lti import keys, registrations, sync
 
@@ -33,7 +34,10 @@ def list_registrations(principal: StaffOnly, session: SessionDep) -> list[LtiReg
     return lti_status(session).registrations
 
 
-@router.post("/registrations", response_model=LtiRegistrationRead, status_code=201)
+@router.post("/registrations", response_model=LtiRegistrationRead, status_code=201,
+             responses={409: {"model": ErrorResponse, "description": "lti_registration_taken"},
+                        422: {"model": ErrorResponse, "description": "lti_registration_invalid "
+                              "(a blank field, a URL that is not http(s))"}})
 def create_registration(body: LtiRegistrationCreate, principal: InstructorOnly,
                         session: SessionDep, now: NowDep) -> LtiRegistrationRead:
     """Register an LMS (its issuer, the client id it gave the tool, its deployment ids and
@@ -42,7 +46,9 @@ def create_registration(body: LtiRegistrationCreate, principal: InstructorOnly,
     return LtiRegistrationRead.of(row)
 
 
-@router.delete("/registrations/{registration_id}", status_code=204)
+@router.delete("/registrations/{registration_id}", status_code=204,
+               responses={404: {"model": ErrorResponse,
+                                "description": "lti_registration_not_found"}})
 def delete_registration(registration_id: RegistrationId, principal: InstructorOnly,
                         session: SessionDep, now: NowDep) -> None:
     """Remove a registration (its launches stop; the students it made stay). Errors: 404
