@@ -77,10 +77,13 @@ def read_status(principal: StaffOnly, session: SessionDep) -> LtiStatus:
 
 
 @router.post("/sync", response_model=LtiSyncRead)
-def run_sync(request: Request, principal: StaffOnly, settings: SettingsDep,
-             now: NowDep) -> LtiSyncRead:
+def run_sync(request: Request, principal: StaffOnly, session: SessionDep,
+             settings: SettingsDep, now: NowDep) -> LtiSyncRead:
     """Sync now: every course's roster from the LMS, then every due score to it (each step
     in its own transaction; none open while the LMS is asked)."""
+    # End the request's transaction first: on SQLite it holds the write lock (BEGIN
+    # IMMEDIATE, submissions/db.py) that the sync's own transactions need.
+    session.commit()
     run = sync.run_sync(request.app.state.session_factory, settings=settings, now=now,
                         rosters=True)
     return LtiSyncRead(rosters={k: v.as_dict() for k, v in run.rosters.items()},

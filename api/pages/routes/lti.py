@@ -254,12 +254,15 @@ def delete_registration(registration_id: Annotated[int, Path(ge=1, le=2**31 - 1)
 
 
 @router.post("/lti/sync")
-def sync_now(request: Request, checked: CheckedForm, settings: SettingsDep,
-             now: NowDep) -> Response:
+def sync_now(request: Request, checked: CheckedForm, session: SessionDep,
+             settings: SettingsDep, now: NowDep) -> Response:
     """Sync every roster and every due score now (staff)."""
     viewer, _form = checked
     if not viewer.is_staff:
         raise InstructorRequired("only course staff can sync with the LMS")
+    # The sync writes in its own transactions: end this request's (on SQLite it holds the
+    # write lock from its first statement, BEGIN IMMEDIATE: submissions/db.py).
+    session.commit()
     sync.run_sync(request.app.state.session_factory, settings=settings, now=now, rosters=True)
     return redirect("/lti")
 

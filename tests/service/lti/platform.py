@@ -302,6 +302,16 @@ class Platform:
                     "assignment": (item.get("custom") or {}).get("assignment")}
             return HTMLResponse(f"<p id='placed'>placed {len(items)} item(s)</p>")
 
+        @app.get("/gradebook")
+        def gradebook() -> HTMLResponse:
+            rows = "".join(
+                f"<tr><td>{html.escape(item.get('label', ''))}</td><td>{html.escape(user)}</td>"
+                f"<td class='score'>{score['scoreGiven']:g} / {score['scoreMaximum']:g}</td></tr>"
+                for (item_id, user), score in course.scores.items()
+                for item in [course.line_items[item_id]])
+            return HTMLResponse(f"<!DOCTYPE html><html lang='en'><head><title>Gradebook</title>"
+                                f"</head><body><h1>Gradebook</h1><table>{rows}</table></body></html>")
+
         @app.get("/launch_as/{sub}")
         def launch_as(sub: str, link: str = "link-1") -> Response:
             return RedirectResponse(platform.launch_url(sub, link))
