@@ -165,8 +165,9 @@ class Settings(BaseSettings):
     stored_log_cap_bytes: int = Field(64 * 1024, gt=0, description="cap on each stored log text")
 
     # LTI 1.3 (docs/lms.md): the LMS's roster and grade sync, run by `grader serve`.
-    lti_sync_interval_s: float | None = Field(300.0, gt=0, description="seconds between two "
-        "runs of the LMS sync (roster from NRPS, scores to AGS) in `grader serve`; unset: none")
+    lti_sync_interval_s: float = Field(300.0, ge=0, description="seconds between two runs of "
+        "the LMS sync (rosters from NRPS, scores to AGS) in each API process; 0: none (run it "
+        "in one replica only)")
     lti_roster_interval_s: float = Field(6 * 3600.0, gt=0, description="seconds between two "
         "roster syncs of one LMS course")
     lti_http_timeout_s: float = Field(10.0, gt=0, description="each request to an LMS")

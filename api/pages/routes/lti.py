@@ -73,7 +73,9 @@ def read_tool_jwks(session: SessionDep, settings: SettingsDep, now: NowDep) -> J
 def tool_configuration(base: str) -> dict[str, Any]:
     """Canvas's developer key JSON ("Paste JSON"); Moodle's form takes the same URLs."""
     launch_url = f"{base}/lti/launch"
-    deep = {"message_type": "LtiDeepLinkingRequest", "target_link_uri": launch_url}
+    # A new tab: the pages refuse to be framed (frame-ancestors 'none', api/pages/rendering.py).
+    deep = {"message_type": "LtiDeepLinkingRequest", "target_link_uri": launch_url,
+            "windowTarget": "_blank"}
     return {
         "title": "Kernel grader",
         "description": "Upload a Triton kernel; a GPU worker grades it; the score comes back.",

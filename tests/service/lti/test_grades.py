@@ -74,7 +74,9 @@ def test_scores_follow_grading_due_date_and_regrade(client: TestClient, lms: Pla
                                                     db_session) -> None:
     clock = Clock(client, T0)
     ada = student_through_lms(client, lms, "u-ada", "Ada")
-    assert upload(client, ada, kernel_source()).status_code == 202
+    uploaded = upload(client, ada, kernel_source())
+    assert uploaded.status_code == 202
+    submission_id = uploaded.json()["id"]
     assert sync(client)["sent"] == 0  # no grade yet: nothing to send
     grade_next(db_session, make_outcome("passed"))
 
@@ -94,6 +96,17 @@ def test_scores_follow_grading_due_date_and_regrade(client: TestClient, lms: Pla
     granted = client.put(f"/api/v1/assignments/{A}/extensions/{ada_id}", headers=instructor_headers(),
                          json={"extra_days": 30, "reason": "illness"})
     assert granted.status_code == 200, granted.text
+    assert sync(client)["sent"] == 1
+    assert lms.score_of(A, "u-ada")["scoreGiven"] == 100 == export_score(client, "Ada")
+
+    # A disqualification: 0; restored: the points again.
+    assert client.post(f"/api/v1/submissions/{submission_id}/disqualify", headers=instructor_headers(),
+                       json={"reason": "copied"}).status_code == 200
+    assert sync(client)["sent"] == 1
+    assert lms.score_of(A, "u-ada")["scoreGiven"] == 0 == api_grade(client, ada)
+    assert export_score(client, "Ada") == 0
+    assert client.post(f"/api/v1/submissions/{submission_id}/restore", headers=instructor_headers(),
+                       json={}).status_code == 200
     assert sync(client)["sent"] == 1
     assert lms.score_of(A, "u-ada")["scoreGiven"] == 100 == export_score(client, "Ada")
 
