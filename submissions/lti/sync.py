@@ -382,8 +382,11 @@ class LtiSyncLoop:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Ask the loop to end (a run under way finishes first); wait up to `timeout_s`."""
         self._stop.set()
+        if timeout_s is not None and self._thread.is_alive():
+            self._thread.join(timeout_s)
 
     def _loop(self) -> None:
         interval = self.settings.lti_sync_interval_s or 300.0

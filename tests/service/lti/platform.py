@@ -120,6 +120,7 @@ class Course:
     score_posts: list[dict[str, t.Any]] = field(default_factory=list)
     line_item_creations: int = 0
     deep_link_items: list[dict[str, t.Any]] = field(default_factory=list)
+    roster_reads: int = 0
 
 
 class Platform:
@@ -289,6 +290,7 @@ class Platform:
 
         @app.get("/memberships")
         def memberships(request: Request) -> Response:
+            course.roster_reads += 1
             service = _Nrps(self._lti_request(request), platform.config(), platform)
             return _reply(service.handle_resp(service.handle_get_members))
 

@@ -21,6 +21,7 @@ from ..helpers import (
     bearer,
     configure,
     create_staff,
+    create_student,
     grade_next,
     instructor_headers,
     kernel_source,
@@ -80,10 +81,17 @@ def test_scores_follow_grading_due_date_and_regrade(client: TestClient, lms: Pla
     assert sync(client)["sent"] == 0  # no grade yet: nothing to send
     grade_next(db_session, make_outcome("passed"))
 
+    # A token account the LMS never listed nor launched, with a grade: nothing to send to.
+    cy_id, cy = create_student(client, "Cy")
+    assert upload(client, cy, kernel_source()).status_code == 202
+    grade_next(db_session, make_outcome("passed"))
+
     assert sync(client)["sent"] == 1
     assert lms.score_of(A, "u-ada")["scoreGiven"] == 100 == api_grade(client, ada)
     assert lms.score_of(A, "u-ada")["scoreMaximum"] == 100
-    assert states(client)["Ada"]["state"] == "synced"
+    rows = states(client)
+    assert rows["Ada"]["state"] == "synced"
+    assert rows["Cy"]["state"] == "no_identity" and rows["Cy"]["student_id"] == cy_id
     assert sync(client)["sent"] == 0  # unchanged: not sent again
 
     # A due date moved before the upload: late, 0 under the late policy.
@@ -114,7 +122,8 @@ def test_scores_follow_grading_due_date_and_regrade(client: TestClient, lms: Pla
     _, ta = create_staff(client, "grace", "ta")
     batch = client.post("/api/v1/regrades", json={"assignment": A}, headers=bearer(ta))
     assert batch.status_code in (200, 201, 202), batch.text
-    grade_next(db_session, make_outcome("failed", grader_version="1.1"))
+    for _ in range(2):  # Ada's and Cy's submissions
+        grade_next(db_session, make_outcome("failed", grader_version="1.1"))
     applied = client.post(f"/api/v1/regrades/{batch.json()['id']}/apply", headers=bearer(ta))
     assert applied.status_code == 200, applied.text
     assert sync(client)["sent"] == 1

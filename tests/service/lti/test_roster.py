@@ -65,3 +65,21 @@ def test_roster_sync_adds_keeps_and_marks_dropped_students(client: TestClient,
     assert roster.status_code == 200
     assert "rejoined 1 (Cy)" in roster.text
     assert 'Bob (u-bob)</a> <span class="lti-dropped">dropped in the LMS</span>' in roster.text
+
+
+def test_the_scheduled_sync_reads_the_roster_without_anyone_asking(
+        client: TestClient, lms: Platform, session_factory, settings) -> None:
+    from submissions.lti.sync import LtiSyncLoop
+
+    from ..helpers import wait_until
+
+    lms.add_person("u-prof", "Prof Knuth", INSTRUCTOR)
+    assert launch(client, lms, "u-prof").status_code == 303
+    lms.add_person("u-ada", "Ada")
+    loop = LtiSyncLoop(session_factory, settings.model_copy(update={"lti_sync_interval_s": 0.2}))
+    loop.start()
+    try:
+        wait_until(lambda: lms.course.roster_reads > 0, timeout=20, message="a scheduled sync")
+    finally:
+        loop.stop(timeout_s=20)
+    assert _students(client) == ["Ada"]
