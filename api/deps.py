@@ -25,11 +25,12 @@ from sqlalchemy.orm import Session
 
 from submissions import audit, repository, service, staff
 from submissions.errors import InstructorRequired, NotAuthenticated, StaffRequired, StudentRequired
+from submissions.lti.launch import SESSION_TOKEN_PREFIX
 from submissions.models import StaffMember, StaffRole, Student, utc_now
 from submissions.settings import Settings
 
 #: The prefix of the browser sessions an LTI launch opens (submissions/lti/launch.py).
-LTI_SESSION_PREFIX = "gls_"
+LTI_SESSION_PREFIX = SESSION_TOKEN_PREFIX
 
 
 def get_settings(request: Request) -> Settings:

@@ -18,7 +18,17 @@ from tests.service.lti.platform import INSTRUCTOR, Platform
 pytestmark = pytest.mark.slow
 
 
-def test_launch_upload_and_the_score_reaches_the_lms(browser: Any, server: Any,
+def _serious_axe_violations(page: Any, axe_source: str) -> list[dict]:
+    """axe-core on the current page (through DevTools, which the pages' CSP does not
+    govern); the serious and critical violations."""
+    if not page.evaluate("typeof window.axe !== 'undefined'"):
+        page.evaluate(axe_source)
+    found = page.evaluate("async () => (await axe.run(document, {resultTypes: ['violations']}))"
+                          ".violations.map(v => ({id: v.id, impact: v.impact, help: v.help}))")
+    return [v for v in found if v["impact"] in ("serious", "critical")]
+
+
+def test_launch_upload_and_the_score_reaches_the_lms(browser: Any, server: Any, axe_source: str,
                                                      tmp_path: Path) -> None:
     platform = Platform(server.url)
     platform.start()
@@ -34,6 +44,9 @@ def test_launch_upload_and_the_score_reaches_the_lms(browser: Any, server: Any,
         page.goto(f"{platform.base}/launch_as/u-ada?link=link-1")
         page.wait_for_url(re.compile(r"/submit\?assignment=softmax_backward$"))
         assert "Ada Lovelace" in page.locator("header").inner_text()
+        page.goto(f"{server.url}/me/token")
+        assert _serious_axe_violations(page, axe_source) == []
+        page.go_back()
         source = tmp_path / "softmax_backward.py"
         source.write_text("# fake-grader: verdict=passed\n"
                           "def softmax_backward(y, g):\n"
@@ -51,6 +64,7 @@ def test_launch_upload_and_the_score_reaches_the_lms(browser: Any, server: Any,
         staff_page.goto(f"{server.url}/lti")
         staff_page.get_by_role("button", name="Sync rosters and scores now").click()
         staff_page.wait_for_url(re.compile(r"/lti$"))
+        assert _serious_axe_violations(staff_page, axe_source) == []
         row = staff_page.locator("table.lti-scores tbody tr", has_text="Ada Lovelace")
         assert "synced" in row.inner_text() and "100 of 100" in row.inner_text()
 
