@@ -14,6 +14,7 @@ import datetime as dt
 import hashlib
 import hmac
 import secrets
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,9 +49,23 @@ def _new_key(session: Session, *, settings: Settings, now: dt.datetime) -> Signi
     return SigningKey(kid=kid, private_key=private)
 
 
+#: Decrypted keys by (PEM digest, password digest): decrypting one takes ~0.1 s (the PEM's
+#: key derivation), and the JWKS endpoint and every sync need them.
+_loaded: dict[tuple[str, str], rsa.RSAPrivateKey] = {}
+_loaded_lock = threading.Lock()
+
+
 def _load(pem: str, settings: Settings) -> rsa.RSAPrivateKey:
-    key = serialization.load_pem_private_key(pem.encode("ascii"), password=_password(settings))
+    password = _password(settings)
+    cache_key = (hashlib.sha256(pem.encode()).hexdigest(), hashlib.sha256(password).hexdigest())
+    with _loaded_lock:
+        cached = _loaded.get(cache_key)
+    if cached is not None:
+        return cached
+    key = serialization.load_pem_private_key(pem.encode("ascii"), password=password)
     assert isinstance(key, rsa.RSAPrivateKey)  # noqa: S101 - only RSA keys are stored
+    with _loaded_lock:
+        _loaded[cache_key] = key
     return key
 
 
