@@ -51,3 +51,26 @@ def test_an_unregistered_platform_is_refused_at_login(client: TestClient) -> Non
                                                 "target_link_uri": "x"}, follow_redirects=False)
     assert response.status_code == 400
     assert "lti_unknown_platform" in response.text and "not registered" in response.text
+
+
+def test_instructors_register_a_platform_on_the_page(client: TestClient) -> None:
+    import re
+
+    from ..helpers import INSTRUCTOR_TOKEN
+
+    _, ta = create_staff(client, "grace", "ta")
+    client.cookies.set("grader_session", ta)
+    page = client.get("/lti")
+    assert page.status_code == 200 and "Register a platform" not in page.text
+    assert "/lti/login" in page.text and "/lti/jwks.json" in page.text
+
+    client.cookies.set("grader_session", INSTRUCTOR_TOKEN)
+    page = client.get("/lti")
+    csrf = re.search(r'name="csrf_token" value="([^"]+)"', page.text).group(1)
+    form = {**FIELDS, "deployment_ids": "1, 2", "csrf_token": csrf}
+    done = client.post("/lti/registrations", data=form, follow_redirects=False)
+    assert done.status_code == 303 and done.headers["location"] == "/lti"
+    listed = client.get("/lti").text
+    assert "<code>https://moodle.example.edu</code>" in listed and "1, 2" in listed
+    refused = client.post("/lti/registrations", data={**form, "keyset_url": "nope"})
+    assert refused.status_code == 422 and "lti_registration_invalid" in refused.text
