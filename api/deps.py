@@ -23,10 +23,14 @@ from fastapi import Depends, Header, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from submissions import audit, service, staff
+from submissions import audit, repository, service, staff
 from submissions.errors import InstructorRequired, NotAuthenticated, StaffRequired, StudentRequired
+from submissions.lti.launch import SESSION_TOKEN_PREFIX
 from submissions.models import StaffMember, StaffRole, Student, utc_now
 from submissions.settings import Settings
+
+#: The prefix of the browser sessions an LTI launch opens (submissions/lti/launch.py).
+LTI_SESSION_PREFIX = SESSION_TOKEN_PREFIX
 
 
 def get_settings(request: Request) -> Settings:
@@ -136,6 +140,8 @@ def principal_for_token(session: Session, *, token: str, settings: Settings) -> 
     NotAuthenticated (401)."""
     if service.tokens_equal(token, settings.instructor_token.get_secret_value()):
         return Principal(role=INSTRUCTOR)
+    if token.startswith(LTI_SESSION_PREFIX):
+        return _lti_session_principal(session, token=token)
     member = staff.authenticate_staff(session, token=token)
     if member is not None:
         return Principal(role=member.role, staff=member)
@@ -143,6 +149,22 @@ def principal_for_token(session: Session, *, token: str, settings: Settings) -> 
     if student is None:
         raise NotAuthenticated("invalid token")
     return Principal(role=STUDENT, student=student)
+
+
+def _lti_session_principal(session: Session, *, token: str) -> Principal:
+    """The person an LTI launch signed in (submissions/lti/launch.py; the pages' cookie holds
+    a ``gls_`` session token). Raises NotAuthenticated (401) once it expired."""
+    row = repository.find_lti_session(session, token_sha256=service.hash_token(token),
+                                      now=utc_now())
+    if row is not None and row.student_id is not None:
+        student = repository.get_student(session, student_id=row.student_id)
+        if student is not None:
+            return Principal(role=STUDENT, student=student)
+    if row is not None and row.staff_id is not None:
+        member = repository.get_staff_member(session, staff_id=row.staff_id)
+        if member is not None:
+            return Principal(role=member.role, staff=member)
+    raise NotAuthenticated("this LMS session has expired; open the link in the LMS again")
 
 
 CurrentPrincipal = Annotated[Principal, Depends(get_principal)]

@@ -32,6 +32,7 @@ from api.routes import (
     audit,
     health,
     leaderboard,
+    lti,
     me,
     regrades,
     staff,
@@ -39,6 +40,7 @@ from api.routes import (
     submissions,
 )
 from submissions.db import create_session_factory, engine_from_settings
+from submissions.lti.sync import LtiSyncLoop
 from submissions.settings import Settings, get_settings
 
 
@@ -53,7 +55,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # One thread per pooled connection (sync routes and dependencies run in these).
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.api_threads
         _app.state.loop = asyncio.get_running_loop()  # for begin_shutdown from a signal handler
+        # The LMS's roster and score sync on its schedule (submissions/lti/sync.py).
+        lti_loop = None
+        if settings.lti_sync_interval_s:
+            lti_loop = LtiSyncLoop(lambda: _app.state.session_factory(), settings)
+            lti_loop.start()
         yield
+        if lti_loop is not None:
+            lti_loop.stop()
         engine.dispose()
 
     app = FastAPI(
@@ -80,7 +89,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(RequestEdgeMiddleware)
     for router in (me.router, students.router, staff.router, assignments.router,
                    submissions.router, regrades.router, leaderboard.router, audit.router,
-                   health.router):
+                   lti.router, health.router):
         app.include_router(router)
     install_pages(app)
     install_openapi(app)

@@ -265,7 +265,14 @@ def staff(argv: list[str]) -> int:
     return _run(actions[args.command])
 
 
-COMMANDS = {"worker": worker, "students": students, "staff": staff}
+def lti(argv: list[str]) -> int:
+    """`grader lti ...`: the LMS integration (submissions/lti/cli.py)."""
+    from submissions.lti.cli import main as lti_main
+
+    return lti_main(argv)
+
+
+COMMANDS = {"worker": worker, "students": students, "staff": staff, "lti": lti}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -518,3 +518,222 @@ class IdempotencyKey(Base):
     status_code: Mapped[int | None] = mapped_column(Integer)
     response_body: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utc_now, index=True)
+
+
+# ------------------------------------------------------------------ LTI 1.3 (docs/lms.md)
+
+
+class LtiScoreState(enum.StrEnum):
+    """A student's score sync to one LMS line item: ``pending`` (a grade exists or changed
+    and is not sent yet), ``synced`` (the platform has this grade), ``failed`` (the last push
+    failed: ``last_error``; retried at ``next_attempt_at``), ``no_identity`` (a grade exists
+    but the platform never listed or launched this student: nothing to send it to)."""
+
+    PENDING = "pending"
+    SYNCED = "synced"
+    FAILED = "failed"
+    NO_IDENTITY = "no_identity"
+
+
+def _empty_list() -> list[Any]:
+    return []
+
+
+class LtiRegistration(Base):
+    """One LMS (an LTI 1.3 platform) registered by staff: its issuer, the client id it gave
+    this tool, the deployment ids it may launch from, and its endpoints."""
+
+    __tablename__ = "lti_registrations"
+    __table_args__ = (
+        Index("uq_lti_registrations_issuer_client_id", "issuer", "client_id", unique=True),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    issuer: Mapped[str] = mapped_column(String(500))
+    client_id: Mapped[str] = mapped_column(String(255))
+    deployment_ids: Mapped[list[str]] = mapped_column(JSON, default=_empty_list)
+    auth_login_url: Mapped[str] = mapped_column(String(1000))
+    auth_token_url: Mapped[str] = mapped_column(String(1000))
+    keyset_url: Mapped[str] = mapped_column(String(1000))
+    # The ``aud`` of the tool's client assertion when the platform wants another than its
+    # token URL (Moodle, Canvas: None).
+    auth_audience: Mapped[str | None] = mapped_column(String(1000))
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utc_now)
+    created_by: Mapped[str] = mapped_column(String(200))
+
+
+class LtiToolKey(Base):
+    """One of the tool's RSA signing keys (its private half PEM-encrypted with a key derived
+    from the deployment secret). The newest unretired key signs; retired keys stay in the
+    published JWKS for a grace period so that a platform's cached copy keeps verifying."""
+
+    __tablename__ = "lti_tool_keys"
+
+    kid: Mapped[str] = mapped_column(String(64), primary_key=True)
+    private_key_pem: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utc_now)
+    retired_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+
+
+class LtiLoginState(Base):
+    """An OIDC login initiation waiting for its launch: the ``state`` and ``nonce`` sent to
+    the platform, used at most once, until ``expires_at``."""
+
+    __tablename__ = "lti_login_states"
+
+    state: Mapped[str] = mapped_column(String(64), primary_key=True)
+    nonce: Mapped[str] = mapped_column(String(64))
+    registration_id: Mapped[int] = mapped_column(
+        ForeignKey("lti_registrations.id", ondelete="CASCADE"))
+    expires_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
+
+
+class LtiUsedNonce(Base):
+    """A launch's nonce, kept until its id_token would have expired: a replay is refused."""
+
+    __tablename__ = "lti_used_nonces"
+
+    nonce_sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    expires_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
+
+
+class LtiIdentity(Base):
+    """A person as one platform knows them: its stable ``sub``, never a name. Linked to the
+    student or staff account the launch or roster sync made for them."""
+
+    __tablename__ = "lti_identities"
+    __table_args__ = (
+        Index("uq_lti_identities_registration_id_sub", "registration_id", "sub", unique=True),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    registration_id: Mapped[int] = mapped_column(
+        ForeignKey("lti_registrations.id", ondelete="CASCADE"))
+    sub: Mapped[str] = mapped_column(String(255))
+    student_id: Mapped[int | None] = mapped_column(
+        ForeignKey("students.id", ondelete="SET NULL"), index=True)
+    staff_id: Mapped[int | None] = mapped_column(ForeignKey("staff_members.id", ondelete="SET NULL"))
+    name: Mapped[str | None] = mapped_column(String(200))
+    email: Mapped[str | None] = mapped_column(String(320))
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utc_now)
+    last_seen_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utc_now)
+
+
+class LtiContext(Base):
+    """A course of a platform (the LTI context): its NRPS and AGS endpoints as the launch
+    gave them, and what the last roster sync changed."""
+
+    __tablename__ = "lti_contexts"
+    __table_args__ = (
+        Index("uq_lti_contexts_registration_id_context_id", "registration_id", "context_id",
+              unique=True),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    registration_id: Mapped[int] = mapped_column(
+        ForeignKey("lti_registrations.id", ondelete="CASCADE"))
+    deployment_id: Mapped[str] = mapped_column(String(255))
+    context_id: Mapped[str] = mapped_column(String(255))
+    title: Mapped[str | None] = mapped_column(String(500))
+    memberships_url: Mapped[str | None] = mapped_column(String(1000))
+    lineitems_url: Mapped[str | None] = mapped_column(String(1000))
+    ags_scopes: Mapped[list[str]] = mapped_column(JSON, default=_empty_list)
+    roster_synced_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+    # {"added": [names], "rejoined": [...], "dropped": [...], "kept": n}
+    roster_changes: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    roster_error: Mapped[str | None] = mapped_column(Text)
+
+
+class LtiMembership(Base):
+    """A person's membership of a context: their role there and whether the roster still
+    lists them (``dropped``: a sync no longer found them, or found them inactive)."""
+
+    __tablename__ = "lti_memberships"
+    __table_args__ = (
+        CheckConstraint("status IN ('active', 'dropped')", name="status"),
+        Index("uq_lti_memberships_context_row_id_identity_id", "context_row_id", "identity_id",
+              unique=True),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    context_row_id: Mapped[int] = mapped_column(ForeignKey("lti_contexts.id", ondelete="CASCADE"))
+    identity_id: Mapped[int] = mapped_column(ForeignKey("lti_identities.id", ondelete="CASCADE"))
+    role: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16), default="active")
+    changed_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utc_now)
+
+
+class LtiResourceLink(Base):
+    """A link placed in a context that launches one assignment."""
+
+    __tablename__ = "lti_resource_links"
+    __table_args__ = (
+        Index("uq_lti_resource_links_context_row_id_resource_link_id", "context_row_id",
+              "resource_link_id", unique=True),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    context_row_id: Mapped[int] = mapped_column(ForeignKey("lti_contexts.id", ondelete="CASCADE"))
+    resource_link_id: Mapped[str] = mapped_column(String(255))
+    assignment: Mapped[str] = mapped_column(String(100))
+    lineitem_url: Mapped[str | None] = mapped_column(String(1000))
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utc_now)
+
+
+class LtiLineItem(Base):
+    """The one line item of an assignment in a context (found by its ``resourceId`` or
+    created once; never twice: the unique index and the find-before-create)."""
+
+    __tablename__ = "lti_line_items"
+    __table_args__ = (
+        Index("uq_lti_line_items_context_row_id_assignment", "context_row_id", "assignment",
+              unique=True),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    context_row_id: Mapped[int] = mapped_column(ForeignKey("lti_contexts.id", ondelete="CASCADE"))
+    assignment: Mapped[str] = mapped_column(String(100))
+    lineitem_url: Mapped[str] = mapped_column(String(1000))
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utc_now)
+
+
+class LtiScoreSync(Base):
+    """One student's grade of one assignment as sent (or to be sent) to a context's line
+    item: its state (LtiScoreState), the score to send, the score the platform has, the
+    attempts and the next one (backoff), the last failure's reason."""
+
+    __tablename__ = "lti_score_syncs"
+    __table_args__ = (
+        CheckConstraint("state IN ('pending', 'synced', 'failed', 'no_identity')", name="state"),
+        Index("uq_lti_score_syncs_context_row_id_assignment", "context_row_id", "assignment",
+              "student_id", unique=True),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    context_row_id: Mapped[int] = mapped_column(ForeignKey("lti_contexts.id", ondelete="CASCADE"))
+    assignment: Mapped[str] = mapped_column(String(100))
+    student_id: Mapped[int] = mapped_column(ForeignKey("students.id", ondelete="CASCADE"))
+    state: Mapped[str] = mapped_column(String(16))
+    score_given: Mapped[float | None] = mapped_column(Float)
+    score_maximum: Mapped[float | None] = mapped_column(Float)
+    synced_score: Mapped[float | None] = mapped_column(Float)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+    last_error: Mapped[str | None] = mapped_column(Text)
+    synced_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+    updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utc_now)
+
+
+class LtiSession(Base):
+    """A browser session opened by an LTI launch (the pages' cookie holds its ``gls_``
+    token; only the hash is stored). It lets a person in without ever seeing a token; their
+    own CLI token stays theirs to show and rotate."""
+
+    __tablename__ = "lti_sessions"
+
+    token_sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    student_id: Mapped[int | None] = mapped_column(ForeignKey("students.id", ondelete="CASCADE"))
+    staff_id: Mapped[int | None] = mapped_column(
+        ForeignKey("staff_members.id", ondelete="CASCADE"))
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utc_now)
+    expires_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())

@@ -164,6 +164,20 @@ class Settings(BaseSettings):
     max_result_bytes: int = Field(8 * 1024 * 1024, gt=0, description="cap on grader stdout")
     stored_log_cap_bytes: int = Field(64 * 1024, gt=0, description="cap on each stored log text")
 
+    # LTI 1.3 (docs/lms.md): the LMS's roster and grade sync, run by `grader serve`.
+    lti_sync_interval_s: float = Field(300.0, ge=0, description="seconds between two runs of "
+        "the LMS sync (rosters from NRPS, scores to AGS) in each API process; 0: none (run it "
+        "in one replica only)")
+    lti_roster_interval_s: float = Field(6 * 3600.0, gt=0, description="seconds between two "
+        "roster syncs of one LMS course")
+    lti_http_timeout_s: float = Field(10.0, gt=0, description="each request to an LMS")
+    lti_retry_first_s: float = Field(60.0, gt=0, description="first pause before a failed "
+        "score push is retried; it doubles on each failure")
+    lti_retry_max_s: float = Field(6 * 3600.0, gt=0, description="longest pause between two "
+        "attempts of a failed score push")
+    lti_key_grace_s: float = Field(7 * 24 * 3600.0, gt=0, description="how long a rotated-out "
+        "tool key stays in the published JWKS")
+
     @field_validator("grade_command", mode="before")
     @classmethod
     def _parse_grade_command(cls, value: object) -> object:

@@ -26,9 +26,9 @@ STATIC = Path(__file__).parent / "static"
 def install_pages(app: FastAPI) -> None:
     """Mount the pages, their static files and the API reference on `app` (whose
     ``docs_url``/``redoc_url`` must be None: these replace FastAPI's CDN-backed ones)."""
-    from api.pages.routes import analytics, checks, docs, session, staff, student, term
+    from api.pages.routes import analytics, checks, docs, lti, session, staff, student, term
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     for router in (session.router, student.router, staff.router, term.router, analytics.router, checks.router,
-                   docs.router):
+                   docs.router, lti.router):
         app.include_router(router)

@@ -17,6 +17,7 @@ Callers import the package (``from submissions import repository``) and call
 - `idempotency`: stored first answers of POSTs sent with an Idempotency-Key.
 - `workers`, `observability`: heartbeats, health and metrics.
 - `analytics`: the check verdicts behind the staff's class analytics.
+- `lti`: LTI 1.3 registrations, keys, launches, identities, line items and score syncs.
 """
 
 from submissions.repository.analytics import *  # noqa: F403
@@ -25,6 +26,7 @@ from submissions.repository.audit import *  # noqa: F403
 from submissions.repository.extensions import *  # noqa: F403
 from submissions.repository.final_runs import *  # noqa: F403
 from submissions.repository.idempotency import *  # noqa: F403
+from submissions.repository.lti import *  # noqa: F403
 from submissions.repository.observability import *  # noqa: F403
 from submissions.repository.queue import *  # noqa: F403
 from submissions.repository.regrades import *  # noqa: F403

@@ -74,6 +74,15 @@ def read_students(request: Request, viewer: StaffViewer, session: SessionDep, no
     return roster_page(request, viewer, session, now=now, assignment=assignment)
 
 
+def lms_roster(session: Any) -> dict[str, Any]:
+    """The LMS's side of the roster page: each course's last roster sync (what changed) and
+    the students every LMS course lists as dropped (api/lti_schemas.py)."""
+    from api.lti_schemas import dropped_student_ids, lti_status  # noqa: PLC0415
+
+    return {"lms_contexts": lti_status(session).contexts,
+            "lms_dropped": dropped_student_ids(session)}
+
+
 def roster_page(request: Request, viewer: Any, session: Any, *, now: dt.datetime,
                 assignment: str | None, error: DomainError | None = None,
                 roster_text: str = "") -> Response:
@@ -89,7 +98,8 @@ def roster_page(request: Request, viewer: Any, session: Any, *, now: dt.datetime
     return render(request, "students.html", viewer=viewer,
                   status_code=error.http_status if error else 200, rows=rows,
                   assignment=board.assignment.name, assignment_names=list(MANIFESTS),
-                  phase=board.phase, error=error, roster_text=roster_text)
+                  phase=board.phase, error=error, roster_text=roster_text,
+                  **lms_roster(session))
 
 
 @router.get("/staff/students/{student_id}")
