@@ -38,6 +38,8 @@ COMMAND_MODULES = {
     "staff": ("submissions.cli", "staff", "manage instructor and TA accounts in the database"),
     "fleet": ("submissions.fleet.cli", "main", "grading workers on a cluster scheduler: SLURM jobs matched "
               "to the queue, Kubernetes manifests"),
+    "lti": ("submissions.lti.cli", "main", "the LMS integration (LTI 1.3): registrations, key rotation, "
+            "roster and score sync, sync status"),
 }
 #: Which extra of `pip install kernel-grader[...]` provides a missing top-level module.
 EXTRA_FOR_MODULE = {
