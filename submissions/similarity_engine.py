@@ -1,0 +1,157 @@
+"""The similarity engine: copydetect's fingerprints (winnowing over a token stream in which
+every identifier, string and comment is normalised away) compared pairwise, the starter
+template's fingerprints subtracted.
+
+Why copydetect (PyPI ``copydetect``; issue 35 named it, Dolos and JPlag): it is Python on
+the service's one registry, so the worker that already installs the ``server`` extra needs no
+Node.js (Dolos) or JVM and Maven jar (JPlag, not on any registry this project installs from);
+its boilerplate option subtracts the template's fingerprints exactly as a course needs; it
+returns each pair's matched character ranges in both original texts, which the staff page
+marks. Its tokenizer is Pygments' Python lexer: it never imports or runs the text. Dolos'
+tree-sitter tokens would also survive renaming; its library needs a Node.js runtime in the
+worker image. docs/course.md, "Similarity review", records the comparison and measurements.
+
+Parameters (chosen on the corpus: tests/service/submissions/test_similarity_engine.py):
+a k-gram of ``NOISE_CHARS`` normalised characters (copydetect's "noise threshold"; shorter
+common runs such as ``V=V.V(V,V=V)`` are ignored), and every k-gram kept (window 1: a class's
+files are short, so winnowing buys nothing). Similarity of a side: matched k-gram characters
+over its fingerprinted characters; a pair's similarity is the larger side's (a short file
+copied whole into a long one is still a copy).
+
+Import cost: copydetect imports matplotlib (for its HTML report, unused here), so this
+module imports it lazily, only in the worker that runs a review; the API never does.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any
+
+#: k: the length (normalised characters) of the runs compared. 35 keeps a disguised copy of
+#: every corpus kernel above 0.65 and independent kernels of one assignment below 0.45.
+NOISE_CHARS = 35
+#: Guarantee threshold = NOISE_CHARS: window 1, every k-gram is a fingerprint.
+WINDOW = 1
+#: The default threshold of a run (a pair at or above it is listed).
+DEFAULT_THRESHOLD = 0.6
+TOOL = "copydetect"
+
+
+@dataclass(frozen=True)
+class Document:
+    """One text to compare. `key` names it to the caller (``("submission", 12)``,
+    ``("source", 3)``); `text` is hostile (only tokenized)."""
+
+    key: tuple[str, int]
+    text: str
+
+
+@dataclass(frozen=True)
+class PairFinding:
+    """One pair at or above the threshold. Similarities are in [0, 1]; fragments are
+    ``(start, end)`` character offsets into each document's text, sorted, not overlapping."""
+
+    left: tuple[str, int]
+    right: tuple[str, int]
+    similarity: float
+    left_similarity: float
+    right_similarity: float
+    matched_chars: int
+    left_fragments: list[tuple[int, int]]
+    right_fragments: list[tuple[int, int]]
+
+
+@dataclass
+class Review:
+    """What a review found, and what it cost."""
+
+    pairs: list[PairFinding]
+    pairs_compared: int
+    duration_s: float
+    tool: str
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+def tool_label() -> str:
+    """``copydetect 0.5.0``."""
+    return f"{TOOL} {metadata.version(TOOL)}"
+
+
+def _merge(slices: Any, length: int) -> list[tuple[int, int]]:
+    """copydetect's (2, n) slice array as sorted, merged, clipped ranges."""
+    if len(slices) == 0 or len(slices[0]) == 0:
+        return []
+    ranges = sorted((max(0, int(s)), min(length, int(e))) for s, e in zip(slices[0], slices[1],
+                                                                          strict=True))
+    merged: list[tuple[int, int]] = []
+    for start, end in ranges:
+        if end <= start:
+            continue
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def review(students: Sequence[Document], sources: Sequence[Document], *,
+           boilerplate: Sequence[str], threshold: float,
+           noise_chars: int = NOISE_CHARS) -> Review:
+    """Compare every pair of `students` and every student with every one of `sources`
+    (sources are not compared with each other); keep the pairs whose similarity is at least
+    `threshold`, most similar first. `boilerplate` texts (the starter template) have their
+    fingerprints removed from every document first, so text handed out to everyone never
+    counts.
+
+    Raises:
+        ValueError: `threshold` not in (0, 1].
+    """
+    if not 0 < threshold <= 1:
+        raise ValueError(f"threshold must be in (0, 1], got {threshold}")
+    import numpy as np
+    from copydetect import CodeFingerprint, compare_files
+
+    started = time.perf_counter()
+
+    def fingerprint(text: str, bp: Any) -> Any:
+        # The name only picks the lexer (Python); the text is read from memory.
+        return CodeFingerprint("submission.py", noise_chars, WINDOW, boilerplate=bp,
+                               fp=io.StringIO(text))
+
+    hashes: list[Any] = []
+    for text in boilerplate:
+        hashes.extend(fingerprint(text, None).hashes)
+    bp = np.unique(np.array(hashes, dtype=np.int64)) if hashes else None
+    prints = {doc.key: (doc, fingerprint(doc.text, bp)) for doc in [*students, *sources]}
+
+    candidates = list(itertools.combinations([d.key for d in students], 2))
+    candidates += [(s.key, r.key) for s in students for r in sources]
+    found: list[PairFinding] = []
+    for left_key, right_key in candidates:
+        left_doc, left_fp = prints[left_key]
+        right_doc, right_fp = prints[right_key]
+        if not left_fp.hashes or not right_fp.hashes or left_fp.hashes.isdisjoint(right_fp.hashes):
+            continue
+        overlap, (left_sim, right_sim), (left_slices, right_slices) = compare_files(left_fp, right_fp)
+        # A side's share can pass 1 by a few characters where a matched run touches removed
+        # boilerplate; it is a share, so it is clipped.
+        left_sim, right_sim = min(1.0, float(left_sim)), min(1.0, float(right_sim))
+        similarity = max(left_sim, right_sim)
+        if similarity < threshold:
+            continue
+        found.append(PairFinding(
+            left=left_key, right=right_key, similarity=similarity,
+            left_similarity=left_sim, right_similarity=right_sim,
+            matched_chars=int(overlap),
+            left_fragments=_merge(left_slices, len(left_doc.text)),
+            right_fragments=_merge(right_slices, len(right_doc.text))))
+    found.sort(key=lambda p: (-p.similarity, p.left, p.right))
+    return Review(pairs=found, pairs_compared=len(candidates),
+                  duration_s=time.perf_counter() - started, tool=tool_label(),
+                  parameters={"noise_chars": noise_chars, "window": WINDOW,
+                              "threshold": threshold, "boilerplate_files": len(boilerplate)})
