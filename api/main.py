@@ -34,6 +34,7 @@ from api.routes import (
     leaderboard,
     me,
     regrades,
+    similarity,
     staff,
     students,
     submissions,
@@ -79,7 +80,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(AdmissionMiddleware, admission=app.state.admission)
     app.add_middleware(RequestEdgeMiddleware)
     for router in (me.router, students.router, staff.router, assignments.router,
-                   submissions.router, regrades.router, leaderboard.router, audit.router,
+                   submissions.router, regrades.router, similarity.router, leaderboard.router, audit.router,
                    health.router):
         app.include_router(router)
     install_pages(app)

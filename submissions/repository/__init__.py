@@ -17,6 +17,7 @@ Callers import the package (``from submissions import repository``) and call
 - `idempotency`: stored first answers of POSTs sent with an Idempotency-Key.
 - `workers`, `observability`: heartbeats, health and metrics.
 - `analytics`: the check verdicts behind the staff's class analytics.
+- `similarity`: similarity review's known sources, runs (a queue of their own) and pairs.
 """
 
 from submissions.repository.analytics import *  # noqa: F403
@@ -28,6 +29,7 @@ from submissions.repository.idempotency import *  # noqa: F403
 from submissions.repository.observability import *  # noqa: F403
 from submissions.repository.queue import *  # noqa: F403
 from submissions.repository.regrades import *  # noqa: F403
+from submissions.repository.similarity import *  # noqa: F403
 from submissions.repository.staff import *  # noqa: F403
 from submissions.repository.standings import *  # noqa: F403
 from submissions.repository.students import *  # noqa: F403
