@@ -325,3 +325,46 @@ def test_a_bad_threshold_is_refused_on_the_page(client: TestClient, threshold: s
                            data={"csrf_token": csrf_token_for(INSTRUCTOR_TOKEN),
                                  "threshold": threshold})
     assert response.status_code == 422 and "validation_error" in response.text
+
+
+def test_the_course_commands_run_a_review_and_keep_sources(
+        client: TestClient, db_session, settings, session_factory, tmp_path: Path) -> None:
+    """`grader course similarity*` (client/course.py) against this app, through the
+    client's own HTTP layer."""
+    from rich.console import Console
+
+    from client import course
+    from client.http import ServiceClient
+
+    ids = _class(client, db_session)
+    library = tmp_path / "lib.py"
+    library.write_text(ORIGINAL, encoding="utf-8")
+
+    def run(*argv: str) -> str:
+        args = course.build_parser().parse_args(list(argv))
+        out = io.StringIO()
+        with ServiceClient("http://testserver", INSTRUCTOR_TOKEN,
+                           transport=client._transport) as http:  # noqa: SLF001 - the app's own
+            course.HANDLERS[args.command](http, args, Console(file=out, width=200))
+        return out.getvalue()
+
+    assert "added to softmax_backward" in run("similarity-add-source", NAME, str(library),
+                                              "--name", "[red]lib[/red]", "--origin", "book")
+    assert "queued" in run("similarity", NAME, "--run", "--threshold", "0.7")
+    assert "no finished similarity review" in run("similarity", NAME)
+    assert _run_worker(settings, session_factory)
+    listing = run("similarity", NAME)
+    assert "pairs at or above 0.7" in listing and "ada" in listing and "bob" in listing
+    assert "source: [red]lib[/red]" in listing  # printed as text, not as Rich markup
+    pair_id = client.get(BASE, headers=instructor_headers()).json()["pairs"][0]["id"]
+    assert "marked reviewed" in run("similarity-review", NAME, str(pair_id), "--note", "seen")
+    output = tmp_path / "pairs.csv"
+    assert "pair(s) written" in run("export-similarity", NAME, "--output", str(output))
+    rows = list(csv.DictReader(io.StringIO(output.read_text())))
+    assert any(r["review_note"] == "seen" for r in rows)
+    sources = run("similarity-sources", NAME)
+    assert "[red]lib[/red]" in sources and "reference" in sources
+    source_id = next(s["id"] for s in client.get(f"{BASE}/sources", headers=instructor_headers())
+                     .json()["sources"] if s["kind"] == "public")
+    assert "removed" in run("similarity-remove-source", NAME, str(source_id))
+    del ids

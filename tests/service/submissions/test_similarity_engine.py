@@ -114,3 +114,40 @@ def test_fragments_mark_the_matched_text_of_both_sides() -> None:
     # The kernel body is marked.
     marked = "".join(text[s:e] for s, e in pair.left_fragments)
     assert "tl.load" in marked
+
+
+def test_the_numpy_screen_computes_copydetects_own_similarity() -> None:
+    # review() skips a pair when the screen says it is below the threshold, so the screen
+    # must be copydetect's number itself, on every pair of corpus files and disguised copies.
+    import io
+
+    import numpy as np
+    from copydetect import CodeFingerprint, compare_files
+
+    from submissions.similarity_engine import NOISE_CHARS, WINDOW, _Shares
+
+    for assignment in sorted(MANIFESTS):
+        bp = np.unique(np.array(list(CodeFingerprint(
+            "t.py", NOISE_CHARS, WINDOW, fp=io.StringIO(template(assignment))).hashes)))
+        texts = [p.read_text(encoding="utf-8") for p in correct(assignment)]
+        texts += [disguise_module.disguise(t, keep=[MANIFESTS[assignment].function], seed=1)
+                  for t in texts[:2]]
+        prints = [CodeFingerprint("x.py", NOISE_CHARS, WINDOW, boilerplate=bp, fp=io.StringIO(t))
+                  for t in texts]
+        for a, b in itertools.combinations(prints, 2):
+            sa, sb = _Shares.of(a, NOISE_CHARS), _Shares.of(b, NOISE_CHARS)
+            common = np.intersect1d(sa.unique, sb.unique, assume_unique=True)
+            _overlap, (sim_a, sim_b), _slices = compare_files(a, b)
+            assert sa.share(common) == pytest.approx(float(sim_a), abs=1e-12)
+            assert sb.share(common) == pytest.approx(float(sim_b), abs=1e-12)
+
+
+def test_the_api_process_never_imports_copydetect() -> None:
+    # copydetect brings matplotlib; only the worker running a review loads it.
+    import subprocess
+    import sys
+
+    code = ("import sys, api.main, submissions.worker, submissions.similarity\n"
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in {'copydetect', 'matplotlib'})\n"
+            "assert not bad, bad\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120, cwd=REPO)
