@@ -713,6 +713,7 @@ class SimilarityOverview(BaseModel):
     run: SimilarityRunRead | None
     pending: SimilarityRunRead | None
     min_similarity: float
+    total: int = Field(description="pairs at or above `min_similarity` (`pairs` is one page)")
     pairs: list[SimilarityPairRead]
 
 

@@ -122,9 +122,11 @@ def main() -> int:
                                    actor=cli_actor(), now=now)
         settings = Settings(_env_file=None, database_url=url, environment="development",
                             grader_warm_start=False, worker_spool_dir=f"{folder}/spool")
-        started = time.perf_counter()
+        load_before = os.getloadavg()
+        started, cpu_started = time.perf_counter(), time.process_time()
         assert Worker(settings, factory, worker_id="timing").process_next_job()
-        wall_s = time.perf_counter() - started
+        wall_s, cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
+        load_after = os.getloadavg()
         with factory() as session:
             run = repository.latest_similarity_run(session, assignment=args.assignment)
             pairs = repository.list_similarity_pairs(session, run_id=run.id)
@@ -160,6 +162,10 @@ def main() -> int:
         "source_bytes_total": sum(len(t.encode()) for t in texts),
         "run": run_row,
         "worker_turn_wall_s": round(wall_s, 3),
+        # This process's CPU time (less sensitive than the wall clock to the other processes
+        # of a shared machine; the load averages say how shared it was).
+        "worker_turn_cpu_s": round(cpu_s, 3),
+        "load_average_1m_before_after": [round(load_before[0], 2), round(load_after[0], 2)],
         "pairs_stored": len(found),
         "planted_copies": len(copies),
         "planted_copies_flagged": planted_found,

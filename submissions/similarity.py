@@ -112,11 +112,19 @@ class Overview:
     pairs: list[SimilarityPair]
     min_similarity: float
     sources: list[SimilaritySource]
+    total: int  # pairs at or above min_similarity (`pairs` is one page of them)
 
 
-def overview(session: Session, *, assignment: str, min_similarity: float | None) -> Overview:
+#: Pairs in one answer or page unless the caller asks for fewer (a class built from a few
+#: public kernels has thousands of pairs: docs/similarity/).
+PAGE_SIZE = 500
+
+
+def overview(session: Session, *, assignment: str, min_similarity: float | None,
+             limit: int | None = PAGE_SIZE, offset: int = 0) -> Overview:
     """The latest finished review of `assignment` (pairs at or above `min_similarity`, by
-    default the run's own threshold) and the one queued or running.
+    default the run's own threshold; `limit` of them from `offset`, most similar first) and
+    the one queued or running.
 
     Raises:
         UnknownAssignment: not in the manifest.
@@ -131,10 +139,14 @@ def overview(session: Session, *, assignment: str, min_similarity: float | None)
     if last is not None and last.status == "error" and (run is None or last.id > run.id):
         pending = last  # the newest attempt failed: shown with its message
     floor = run.threshold if run is not None and min_similarity is None else (min_similarity or 0.0)
-    pairs = list(repository.list_similarity_pairs(session, run_id=run.id, min_similarity=floor)
+    pairs = list(repository.list_similarity_pairs(session, run_id=run.id, min_similarity=floor,
+                                                  limit=limit, offset=offset)
                  ) if run is not None else []
+    total = repository.count_similarity_pairs(session, run_id=run.id, min_similarity=floor
+                                              ) if run is not None else 0
     return Overview(assignment=name, run=run, pending=pending, pairs=pairs, min_similarity=floor,
-                    sources=list(repository.list_similarity_sources(session, assignment=name)))
+                    sources=list(repository.list_similarity_sources(session, assignment=name)),
+                    total=total)
 
 
 def get_pair(session: Session, *, assignment: str, pair_id: int) -> SimilarityPair:
@@ -245,7 +257,7 @@ def csv_export(session: Session, *, assignment: str, min_similarity: float | Non
         UnknownAssignment, SimilarityThresholdInvalid: as `overview`.
         SimilarityRunNotFound: no finished review yet.
     """
-    view = overview(session, assignment=assignment, min_similarity=min_similarity)
+    view = overview(session, assignment=assignment, min_similarity=min_similarity, limit=None)
     if view.run is None:
         raise SimilarityRunNotFound(f"{view.assignment} has no finished similarity review yet")
     buffer = io.StringIO()

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Path, Query, status
 from fastapi.responses import Response
 
 from api.deps import NowDep, SessionDep, StaffOnly
-from api.params import MAX_DB_INT, AssignmentName
+from api.params import MAX_DB_INT, AssignmentName, Offset
 from api.schemas import (
     ErrorResponse,
     SimilarityOverview,
@@ -103,13 +103,17 @@ def start_similarity_review(name: AssignmentName, principal: StaffOnly, session:
 
 @router.get("/{name}/similarity", response_model=SimilarityOverview, responses=_UNKNOWN)
 def read_similarity(name: AssignmentName, _: StaffOnly, session: SessionDep,
-                    min_similarity: MinSimilarity = None) -> SimilarityOverview:
-    """The latest finished review's pairs, most similar first (staff; without the texts:
-    `GET .../similarity/pairs/{id}` has them), and the review under way or failed since."""
-    view = similarity.overview(session, assignment=name, min_similarity=min_similarity)
+                    min_similarity: MinSimilarity = None,
+                    limit: Annotated[int, Query(ge=1, le=5000)] = similarity.PAGE_SIZE,
+                    offset: Offset = 0) -> SimilarityOverview:
+    """The latest finished review's pairs, most similar first, `limit` from `offset` (staff;
+    without the texts: `GET .../similarity/pairs/{id}` has them), and the review under way or
+    failed since."""
+    view = similarity.overview(session, assignment=name, min_similarity=min_similarity,
+                               limit=limit, offset=offset)
     return SimilarityOverview(assignment=view.assignment, run=run_read(view.run),
                               pending=run_read(view.pending), min_similarity=view.min_similarity,
-                              pairs=[pair_read(p) for p in view.pairs])
+                              total=view.total, pairs=[pair_read(p) for p in view.pairs])
 
 
 @router.get("/{name}/similarity/pairs/{pair_id}", response_model=SimilarityPairRead,

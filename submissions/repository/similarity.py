@@ -35,6 +35,7 @@ __all__ = [
     "ClaimedSimilarityRun",
     "PairRow",
     "claim_next_similarity_run",
+    "count_similarity_pairs",
     "delete_similarity_source",
     "fail_similarity_run",
     "get_similarity_pair",
@@ -288,10 +289,17 @@ def fail_similarity_run(session: Session, *, run_id: int, lease_token: str, mess
 # ---------------------------------------------------------------------------- the pairs
 
 
-def list_similarity_pairs(session: Session, *, run_id: int, min_similarity: float = 0.0
-                          ) -> Sequence[SimilarityPair]:
-    """The pairs of a run at or above `min_similarity`, most similar first, with both
-    submissions, their students and the source loaded."""
+def count_similarity_pairs(session: Session, *, run_id: int, min_similarity: float = 0.0) -> int:
+    """How many pairs of a run are at or above `min_similarity`."""
+    return session.scalar(
+        select(func.count()).select_from(SimilarityPair)
+        .where(SimilarityPair.run_id == run_id, SimilarityPair.similarity >= min_similarity)) or 0
+
+
+def list_similarity_pairs(session: Session, *, run_id: int, min_similarity: float = 0.0,
+                          limit: int | None = None, offset: int = 0) -> Sequence[SimilarityPair]:
+    """The pairs of a run at or above `min_similarity`, most similar first (then by id: a
+    stable order for paging), with both submissions, their students and the source loaded."""
     return session.scalars(
         select(SimilarityPair)
         .where(SimilarityPair.run_id == run_id, SimilarityPair.similarity >= min_similarity)
@@ -299,6 +307,7 @@ def list_similarity_pairs(session: Session, *, run_id: int, min_similarity: floa
                  selectinload(SimilarityPair.right).selectinload(Submission.student),
                  selectinload(SimilarityPair.source))
         .order_by(SimilarityPair.similarity.desc(), SimilarityPair.id)
+        .limit(limit).offset(offset)
     ).all()
 
 

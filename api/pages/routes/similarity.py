@@ -47,6 +47,7 @@ def _overview_page(request: Request, viewer: object, session: object, *, assignm
                   assignment=view.assignment, assignment_names=list(MANIFESTS),
                   run=run_read(view.run), pending=run_read(view.pending),
                   pairs=[pair_read(p) for p in view.pairs], min_similarity=view.min_similarity,
+                  total=view.total,
                   sources=[source_read(s) for s in view.sources], done=done, error=error,
                   form=form or {}, default_threshold=similarity.DEFAULT_THRESHOLD)
 

@@ -126,6 +126,10 @@ def test_a_review_runs_in_the_worker_and_lists_the_disguised_copy(
     assert all(p["left"]["submission_id"] not in (ids["cy_old"], ids["dee_sub"])
                for p in body["pairs"])
     assert all(p["left"]["text"] is None for p in body["pairs"])  # texts only per pair
+    assert body["total"] == len(body["pairs"])
+    if body["total"] > 1:  # a page of one: the most similar, and the total still counts all
+        page = client.get(BASE, params={"limit": 1, "offset": 1}, headers=bearer(ta_token)).json()
+        assert page["total"] == body["total"] and [p["id"] for p in page["pairs"]] == [body["pairs"][1]["id"]]
 
     pair = client.get(f"{BASE}/pairs/{top['id']}", headers=bearer(ta_token)).json()
     assert pair["left"]["text"] == ORIGINAL and pair["right"]["text"] == COPY
