@@ -732,7 +732,8 @@ class SimilaritySourceCreate(BaseModel):
 class SimilaritySourceRead(BaseModel):
     id: int
     assignment: str
-    kind: str = Field(description="`reference` (the grader's) or `public` (staff added)")
+    kind: str = Field(description="`reference` (the grader's), `public` (staff added) or "
+                      "`retired` (a reference since replaced; kept for earlier reviews' pairs)")
     name: str
     origin: str | None
     source_sha256: str

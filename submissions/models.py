@@ -535,10 +535,12 @@ class SimilarityStatus(enum.StrEnum):
 class SimilaritySourceKind(enum.StrEnum):
     """``reference``: the assignment's own reference solution (written by the review job
     from the grader's folder); ``public``: a public kernel staff added (a library's, a
-    tutorial's)."""
+    tutorial's); ``retired``: a reference the grader has since replaced, kept for the pairs
+    of earlier reviews (never compared again)."""
 
     REFERENCE = "reference"
     PUBLIC = "public"
+    RETIRED = "retired"
 
 
 class SimilaritySource(Base):
@@ -547,7 +549,7 @@ class SimilaritySource(Base):
 
     __tablename__ = "similarity_sources"
     __table_args__ = (
-        CheckConstraint("kind IN ('reference', 'public')", name="kind"),
+        CheckConstraint("kind IN ('reference', 'public', 'retired')", name="kind"),
         Index("uq_similarity_sources_assignment_name", "assignment", "name", unique=True),
     )
 

@@ -6,8 +6,9 @@ known public kernels, share more code than the starter template explains.
   `execute_run`: each student's latest submission of the assignment, compared with every
   other and with every known source (the assignment's reference, read from the grader's
   folder, and the public kernels staff added), the starter template subtracted, by the engine
-  of submissions/similarity_engine.py (copydetect). Never in a request: a class of 300 takes
-  seconds to minutes (docs/similarity/).
+  of submissions/similarity_engine.py (copydetect), in a child process with a time and
+  memory limit (the texts are hostile). Never in a request: a class of 300 takes seconds to
+  a minute (docs/similarity/).
 - The latest finished run's pairs at or above a threshold are listed with both texts and
   their matched fragments; staff mark a pair reviewed (audited; a later run carries the mark
   over for the same two texts) and export the pairs as CSV (cells through `safe_cell`).
@@ -25,8 +26,15 @@ import datetime as dt
 import hashlib
 import io
 import logging
+import os
+import resource
+import subprocess
+import sys
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -41,6 +49,7 @@ from submissions.errors import (
     SimilaritySourceNotFound,
     SimilarityThresholdInvalid,
 )
+from submissions.grading import grader_environment, parent_death_signal_setter
 from submissions.models import (
     SimilarityPair,
     SimilarityRun,
@@ -49,15 +58,21 @@ from submissions.models import (
     utc_now,
 )
 from submissions.repository import ClaimedSimilarityRun, PairRow
+from submissions.similarity_engine import DocumentIn, ReviewJob, ReviewResult
 
 logger = logging.getLogger("submissions.similarity")
 
 #: The threshold a run uses unless staff choose another (similarity_engine.DEFAULT_THRESHOLD,
 #: repeated here so that the API never imports the engine's module).
 DEFAULT_THRESHOLD = 0.6
-#: A review's lease: it is not renewed (a class of 300 takes well under a minute here), so it
-#: is long enough for the largest class measured with room to spare.
-LEASE_S = 900.0
+#: The review child's wall-clock limit: a class of 300 took a minute on the loaded 2-core dev
+#: machine (docs/similarity/); ten times that is a text the lexer cannot cope with.
+REVIEW_TIMEOUT_S = 600.0
+#: Its address-space cap (numpy and matplotlib map a few hundred MiB; a class's texts, MiBs).
+REVIEW_MEMORY_BYTES = 4 * 1024**3
+#: A review's lease: not renewed, so longer than the child's limit.
+LEASE_S = REVIEW_TIMEOUT_S + 300.0
+_SET_PARENT_DEATH_SIGNAL = parent_death_signal_setter()
 MAX_SOURCE_BYTES = 256 * 1024
 MAX_NAME_CHARS = 200
 MAX_NOTE_CHARS = 2000
@@ -317,15 +332,63 @@ def _read(path: object) -> str | None:
         return None
 
 
-def execute_run(session_factory: sessionmaker[Session], claimed: ClaimedSimilarityRun, *,
-                now: Callable[[], dt.datetime] = utc_now) -> bool:
-    """Run a claimed review: read what it compares (one short transaction), compare (no
-    transaction open), store the pairs (one transaction, fenced by the lease). Returns True
-    when the outcome was stored; a failure of the engine marks the run ``error`` with its
-    message. Raises sqlalchemy errors (the worker's loop logs them; the lease expires and
-    the run is claimed again)."""
-    from submissions import similarity_engine
+def _review_child_preexec() -> None:
+    """Between fork and exec of the review child: die with the worker's thread, and a cap
+    on its address space (a text that blows the lexer up fails the review, not the host)."""
+    if _SET_PARENT_DEATH_SIGNAL is not None:
+        _SET_PARENT_DEATH_SIGNAL()
+    resource.setrlimit(resource.RLIMIT_AS, (REVIEW_MEMORY_BYTES, REVIEW_MEMORY_BYTES))
 
+
+def _run_child(job: ReviewJob, *, timeout_s: float, cancel: threading.Event | None
+               ) -> ReviewResult | str | None:
+    """Run the review child on `job`: its result, a reason it failed (str), or None when
+    `cancel` was set first (the child is killed)."""
+    environment = grader_environment(os.environ)
+    # The child imports this package from wherever the worker did (a checkout or a wheel).
+    package_root = str(Path(__file__).resolve().parent.parent)
+    environment["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [package_root, environment.get("PYTHONPATH")]))
+    environment["OPENBLAS_NUM_THREADS"] = environment["OMP_NUM_THREADS"] = "1"
+    process = subprocess.Popen(  # noqa: S603 - argv list, no shell
+        [sys.executable, "-m", "submissions.similarity_engine"], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment,
+        preexec_fn=_review_child_preexec)  # noqa: PLW1509 - two async-signal-safe calls
+    deadline = time.monotonic() + timeout_s
+    payload: bytes | None = job.model_dump_json().encode()
+    while True:
+        try:
+            stdout, stderr = process.communicate(payload, timeout=0.5)
+            break
+        except subprocess.TimeoutExpired:
+            payload = None  # already being written; communicate() goes on with it
+            if cancel is not None and cancel.is_set():
+                process.kill()
+                process.communicate()
+                return None
+            if time.monotonic() > deadline:
+                process.kill()
+                process.communicate()
+                return f"the review took longer than {timeout_s:g} s and was stopped"
+    if process.returncode != 0:
+        tail = stderr.decode("utf-8", "replace").strip().splitlines()[-5:]
+        return f"the review failed (exit {process.returncode}): " + " | ".join(tail)
+    try:
+        return ReviewResult.model_validate_json(stdout)
+    except ValueError as exc:
+        return f"the review's answer was unreadable: {exc}"
+
+
+def execute_run(session_factory: sessionmaker[Session], claimed: ClaimedSimilarityRun, *,
+                now: Callable[[], dt.datetime] = utc_now, timeout_s: float | None = None,
+                cancel: threading.Event | None = None) -> bool:
+    """Run a claimed review: read what it compares (one short transaction), compare in a
+    child process (no transaction open; `timeout_s`, default REVIEW_TIMEOUT_S), store the
+    pairs (one transaction, fenced by the lease). Returns True when the outcome was stored.
+    A child that fails or runs out of time marks the run ``error`` with the reason (not
+    retried: the same texts would fail again); `cancel` (the worker stopping) kills the
+    child and hands the run back to the queue. Raises sqlalchemy errors (the worker's loop
+    logs them; the lease expires and the run is claimed again)."""
     manifest = assignments.resolve_manifest(claimed.assignment)
     template = _read(manifest.template_file)
     reference = _read(manifest.template_file.parent / "reference.py")
@@ -335,23 +398,31 @@ def execute_run(session_factory: sessionmaker[Session], claimed: ClaimedSimilari
                 session, assignment=manifest.name, name=REFERENCE_NAME, source_text=reference,
                 source_sha256=hashlib.sha256(reference.encode()).hexdigest(),
                 added_by=ACTOR_WORKER, now=now())
-        students = [similarity_engine.Document(("submission", s.id), s.source_text)
+        students = [DocumentIn(kind="submission", id=s.id, text=s.source_text)
                     for s in repository.latest_submissions_per_student(session,
                                                                        assignment=manifest.name)]
-        known = [similarity_engine.Document(("source", s.id), s.source_text)
-                 for s in repository.list_similarity_sources(session, assignment=manifest.name)]
+        known = [DocumentIn(kind="source", id=s.id, text=s.source_text)
+                 for s in repository.compared_similarity_sources(session,
+                                                                 assignment=manifest.name)]
         carried = repository.previous_similarity_reviews(session, assignment=manifest.name)
         carried = {key: (p.reviewed_at, p.reviewed_by, p.review_note) for key, p in carried.items()}
-    try:
-        result = similarity_engine.review(students, known,
-                                          boilerplate=[template] if template is not None else [],
-                                          threshold=claimed.threshold)
-    except Exception as exc:  # noqa: BLE001 - the run fails with the reason; the worker lives
-        logger.exception("similarity review %s failed", claimed.run_id)
+    job = ReviewJob(students=students, sources=known,
+                    boilerplate=[template] if template is not None else [],
+                    threshold=claimed.threshold)
+    result = _run_child(job, timeout_s=REVIEW_TIMEOUT_S if timeout_s is None else timeout_s,
+                        cancel=cancel)
+    if result is None:
         with session_factory.begin() as session:
-            return repository.fail_similarity_run(
-                session, run_id=claimed.run_id, lease_token=claimed.lease_token,
-                message=f"{type(exc).__name__}: {exc}"[:2000], now=now())
+            repository.release_similarity_run(session, run_id=claimed.run_id,
+                                              lease_token=claimed.lease_token)
+        return False
+    if isinstance(result, str):
+        logger.warning("similarity review %s: %s", claimed.run_id, result)
+        with session_factory.begin() as session:
+            repository.fail_similarity_run(session, run_id=claimed.run_id,
+                                           lease_token=claimed.lease_token,
+                                           message=result[:2000], now=now())
+        return False
     rows = []
     for finding in result.pairs:
         right_submission = finding.right[1] if finding.right[0] == "submission" else None

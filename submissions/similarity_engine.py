@@ -18,8 +18,11 @@ files are short, so winnowing buys nothing). Similarity of a side: matched k-gra
 over its fingerprinted characters; a pair's similarity is the larger side's (a short file
 copied whole into a long one is still a copy).
 
-Import cost: copydetect imports matplotlib (for its HTML report, unused here), so this
-module imports it lazily, only in the worker that runs a review; the API never does.
+Process: the worker never tokenizes a submission itself. It runs this module as a child
+(``python -m submissions.similarity_engine``: a `ReviewJob` as JSON on stdin, a `ReviewResult`
+as JSON on stdout) with a wall-clock limit and a memory limit, so that a text that sends the
+lexer into a pathological case costs one failed review, never a worker. copydetect imports
+matplotlib (for its HTML report, unused here); only the child loads it.
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
 
 #: k: the length (normalised characters) of the runs compared. 35 keeps a disguised copy of
 #: every corpus kernel above 0.65 and independent kernels of one assignment below 0.45.
@@ -196,3 +201,77 @@ def review(students: Sequence[Document], sources: Sequence[Document], *,
                   duration_s=time.perf_counter() - started, tool=tool_label(),
                   parameters={"noise_chars": noise_chars, "window": WINDOW,
                               "threshold": threshold, "boilerplate_files": len(boilerplate)})
+
+
+# ------------------------------------------------------------------ the child's messages
+
+
+class DocumentIn(BaseModel):
+    """One text of a `ReviewJob`."""
+
+    kind: Literal["submission", "source"]
+    id: int
+    text: str
+
+
+class ReviewJob(BaseModel):
+    """What the worker sends the review child (stdin, one JSON document)."""
+
+    students: list[DocumentIn]
+    sources: list[DocumentIn]
+    boilerplate: list[str]
+    threshold: float = Field(gt=0, le=1)
+    noise_chars: int = Field(NOISE_CHARS, ge=5, le=500)
+
+
+class PairOut(BaseModel):
+    """One `PairFinding`, as the child reports it."""
+
+    left: tuple[Literal["submission", "source"], int]
+    right: tuple[Literal["submission", "source"], int]
+    similarity: float = Field(ge=0, le=1)
+    left_similarity: float = Field(ge=0, le=1)
+    right_similarity: float = Field(ge=0, le=1)
+    matched_chars: int = Field(ge=0)
+    left_fragments: list[tuple[int, int]]
+    right_fragments: list[tuple[int, int]]
+
+
+class ReviewResult(BaseModel):
+    """What the review child answers (stdout, one JSON document)."""
+
+    pairs: list[PairOut]
+    pairs_compared: int
+    duration_s: float
+    tool: str
+    parameters: dict[str, Any]
+
+
+def run_job(job: ReviewJob) -> ReviewResult:
+    """`review` over a job's documents, as a `ReviewResult`."""
+    def docs(items: list[DocumentIn]) -> list[Document]:
+        return [Document((d.kind, d.id), d.text) for d in items]
+
+    result = review(docs(job.students), docs(job.sources), boilerplate=job.boilerplate,
+                    threshold=job.threshold, noise_chars=job.noise_chars)
+    return ReviewResult(
+        pairs=[PairOut(left=p.left, right=p.right, similarity=p.similarity,
+                       left_similarity=p.left_similarity, right_similarity=p.right_similarity,
+                       matched_chars=p.matched_chars, left_fragments=p.left_fragments,
+                       right_fragments=p.right_fragments) for p in result.pairs],
+        pairs_compared=result.pairs_compared, duration_s=result.duration_s, tool=result.tool,
+        parameters=result.parameters)
+
+
+def main() -> int:
+    """The review child: a `ReviewJob` on stdin, its `ReviewResult` on stdout."""
+    import sys
+
+    job = ReviewJob.model_validate_json(sys.stdin.buffer.read())
+    sys.stdout.write(run_job(job).model_dump_json())
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -190,9 +190,10 @@ class Worker:
         return True
 
     def _review_next(self) -> bool:
-        """When no grading waits: claim a queued similarity review and run it here (pure
-        Python over stored texts, seconds for a class: submissions/similarity.py). Returns
-        False if none was queued. Raises sqlalchemy errors."""
+        """When no grading waits: claim a queued similarity review and run it (in a child
+        process with a time limit, seconds to a minute for a class: submissions/similarity.py;
+        `request_stop()` hands it back). Returns False if none was queued. Raises sqlalchemy
+        errors."""
         with self.session_factory.begin() as session:
             claimed = repository.claim_next_similarity_run(
                 session, worker_id=self.worker_id, lease_s=similarity.LEASE_S,
@@ -201,7 +202,7 @@ class Worker:
             return False
         logger.info("worker %s: similarity review %s of %s (attempt %s)", self.worker_id,
                     claimed.run_id, claimed.assignment, claimed.attempt)
-        similarity.execute_run(self.session_factory, claimed)
+        similarity.execute_run(self.session_factory, claimed, cancel=self._stop)
         return True
 
     def _prepare_warm_grader(self) -> None:

@@ -34,7 +34,7 @@ def upgrade() -> None:
         sa.Column("source_sha256", sa.String(length=64), nullable=False),
         sa.Column("added_by", sa.String(length=200), nullable=False),
         sa.Column("added_at", TIMESTAMP, nullable=False),
-        sa.CheckConstraint("kind IN ('reference', 'public')", name=op.f("ck_similarity_sources_kind")),
+        sa.CheckConstraint("kind IN ('reference', 'public', 'retired')", name=op.f("ck_similarity_sources_kind")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_similarity_sources")),
     )
     op.create_index("uq_similarity_sources_assignment_name", "similarity_sources",

@@ -19,7 +19,7 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import and_, delete, func, select, update
+from sqlalchemy import and_, case, delete, func, select, update
 from sqlalchemy.orm import Session, selectinload
 
 from submissions.models import (
@@ -35,6 +35,7 @@ __all__ = [
     "ClaimedSimilarityRun",
     "PairRow",
     "claim_next_similarity_run",
+    "compared_similarity_sources",
     "count_similarity_pairs",
     "delete_similarity_source",
     "fail_similarity_run",
@@ -49,6 +50,7 @@ __all__ = [
     "list_similarity_runs",
     "list_similarity_sources",
     "previous_similarity_reviews",
+    "release_similarity_run",
     "set_similarity_review",
     "store_similarity_outcome",
     "unfinished_similarity_run",
@@ -60,10 +62,13 @@ __all__ = [
 
 
 def list_similarity_sources(session: Session, *, assignment: str) -> Sequence[SimilaritySource]:
-    """The known sources of `assignment`, the reference first, then by name."""
+    """The known sources of `assignment`: the reference, the public ones by name, then the
+    retired references."""
+    rank = case({SimilaritySourceKind.REFERENCE.value: 0, SimilaritySourceKind.PUBLIC.value: 1},
+                value=SimilaritySource.kind, else_=2)
     return session.scalars(
         select(SimilaritySource).where(SimilaritySource.assignment == assignment)
-        .order_by(SimilaritySource.kind.desc(), SimilaritySource.name, SimilaritySource.id)
+        .order_by(rank, SimilaritySource.name, SimilaritySource.id)
     ).all()
 
 
@@ -88,23 +93,33 @@ def insert_similarity_source(session: Session, *, assignment: str, kind: str, na
 def upsert_reference_source(session: Session, *, assignment: str, name: str, source_text: str,
                             source_sha256: str, added_by: str, now: dt.datetime
                             ) -> SimilaritySource:
-    """The assignment's reference as a source: inserted, or its text replaced when the
-    grader's reference changed (its earlier pairs go with the old row's text: they are
-    deleted by the cascade only when the row is, never rewritten)."""
+    """The assignment's reference as a source: inserted the first time; when the grader's
+    reference changed, the old row is retired (renamed with the date, kind ``retired``: the
+    pairs of earlier reviews keep the text their fragments point into) and a new one
+    inserted."""
     row = session.scalars(
         select(SimilaritySource).where(SimilaritySource.assignment == assignment,
                                        SimilaritySource.kind == SimilaritySourceKind.REFERENCE)
     ).first()
-    if row is None:
-        return insert_similarity_source(session, assignment=assignment,
-                                        kind=SimilaritySourceKind.REFERENCE, name=name,
-                                        origin="grader/assignments (the course's reference)",
-                                        source_text=source_text, source_sha256=source_sha256,
-                                        added_by=added_by, now=now)
-    if row.source_sha256 != source_sha256:
-        row.source_text, row.source_sha256, row.added_at = source_text, source_sha256, now
+    if row is not None and row.source_sha256 == source_sha256:
+        return row
+    if row is not None:
+        row.kind = SimilaritySourceKind.RETIRED
+        row.name = f"{row.name[:140]}, until {now:%Y-%m-%d %H:%M:%S} UTC (#{row.id})"
         session.flush()
-    return row
+    return insert_similarity_source(session, assignment=assignment,
+                                    kind=SimilaritySourceKind.REFERENCE, name=name,
+                                    origin="grader/assignments (the course's reference)",
+                                    source_text=source_text, source_sha256=source_sha256,
+                                    added_by=added_by, now=now)
+
+
+def compared_similarity_sources(session: Session, *, assignment: str
+                                ) -> Sequence[SimilaritySource]:
+    """The sources a review of `assignment` compares with: the reference and the public
+    ones (not the retired)."""
+    return [s for s in list_similarity_sources(session, assignment=assignment)
+            if s.kind != SimilaritySourceKind.RETIRED]
 
 
 def delete_similarity_source(session: Session, *, source_id: int) -> None:
@@ -273,6 +288,17 @@ def store_similarity_outcome(session: Session, *, run_id: int, lease_token: str,
     session.add_all(SimilarityPair(run_id=run_id, **vars(p)) for p in pairs)
     session.flush()
     return True
+
+
+def release_similarity_run(session: Session, *, run_id: int, lease_token: str) -> bool:
+    """Hand a claimed run back to the queue without charging the claim (the worker is
+    stopping), fenced by the lease token."""
+    done = session.execute(
+        update(SimilarityRun).where(_held(run_id, lease_token))
+        .values(status=SimilarityStatus.QUEUED, lease_token=None, worker_id=None,
+                attempts=SimilarityRun.attempts - 1)
+        .execution_options(synchronize_session=False))
+    return done.rowcount == 1
 
 
 def fail_similarity_run(session: Session, *, run_id: int, lease_token: str, message: str,

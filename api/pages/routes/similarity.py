@@ -26,6 +26,7 @@ router = APIRouter(route_class=PageRoute, include_in_schema=False, tags=["pages"
 
 Name = Annotated[str, Path(max_length=100)]
 PairId = Annotated[int, Path(ge=1, le=MAX_DB_INT)]
+SourceId = Annotated[int, Path(ge=1, le=MAX_DB_INT)]
 
 
 @router.get("/staff/similarity")
@@ -131,7 +132,7 @@ def add_source(request: Request, name: Name, viewer: StaffViewer, checked: Check
 
 
 @router.post("/staff/similarity/{name}/sources/{source_id}/delete")
-def remove_source(name: Name, source_id: PairId, viewer: StaffViewer, checked: CheckedForm,
+def remove_source(name: Name, source_id: SourceId, viewer: StaffViewer, checked: CheckedForm,
                   session: SessionDep, now: NowDep) -> Response:
     """Remove a public source and its pairs (audited)."""
     similarity.remove_source(session, assignment=name, source_id=source_id,

@@ -372,3 +372,64 @@ def test_the_course_commands_run_a_review_and_keep_sources(
                      .json()["sources"] if s["kind"] == "public")
     assert "removed" in run("similarity-remove-source", NAME, str(source_id))
     del ids
+
+
+def test_a_review_out_of_time_fails_with_why_and_a_stopping_worker_hands_it_back(
+        client: TestClient, db_session, session_factory) -> None:
+    import threading
+
+    _class(client, db_session)
+    assert client.post(BASE, json={}, headers=instructor_headers()).status_code == 202
+
+    def claim():
+        claimed = repository.claim_next_similarity_run(
+            db_session, worker_id="w1", lease_s=60, max_attempts=3, now=dt.datetime.now(dt.UTC))
+        db_session.commit()
+        return claimed
+
+    # The child (copydetect's import alone takes longer) is killed at its limit: the run is
+    # an error with the reason, shown to staff; nothing is retried.
+    claimed = claim()
+    assert similarity.execute_run(session_factory, claimed, timeout_s=0.01) is False
+    body = client.get(BASE, headers=instructor_headers()).json()
+    assert body["run"] is None and body["pending"]["status"] == "error"
+    assert "longer than 0.01 s" in body["pending"]["error_message"]
+    assert claim() is None
+
+    # A worker asked to stop kills its child and hands the run back, uncharged.
+    assert client.post(BASE, json={}, headers=instructor_headers()).status_code == 202
+    stopping = threading.Event()
+    stopping.set()
+    claimed = claim()
+    assert similarity.execute_run(session_factory, claimed, cancel=stopping) is False
+    assert client.get(BASE, headers=instructor_headers()).json()["pending"]["status"] == "queued"
+    again = claim()
+    assert again is not None and again.run_id == claimed.run_id and again.attempt == 1
+    assert similarity.execute_run(session_factory, again) is True
+
+
+def test_a_replaced_reference_is_retired_with_its_pairs_and_never_compared_again(
+        client: TestClient, db_session, settings, session_factory) -> None:
+    _class(client, db_session)
+    # A reference the grader held before (here: bob's copy): reviewed once against it.
+    now = dt.datetime.now(dt.UTC)
+    repository.upsert_reference_source(
+        db_session, assignment=NAME, name=similarity.REFERENCE_NAME, source_text=COPY,
+        source_sha256="0" * 64, added_by="worker", now=now)
+    db_session.commit()
+    claimed = repository.claim_next_similarity_run(db_session, worker_id="w", lease_s=60,
+                                                   max_attempts=3, now=now)
+    assert claimed is None  # nothing queued yet
+    assert client.post(BASE, json={}, headers=instructor_headers()).status_code == 202
+    assert _run_worker(settings, session_factory)
+
+    sources = client.get(f"{BASE}/sources", headers=instructor_headers()).json()["sources"]
+    assert [s["kind"] for s in sources] == ["reference", "retired"]
+    assert "until" in sources[1]["name"] and sources[1]["source_sha256"] == "0" * 64
+    run = client.get(BASE, headers=instructor_headers()).json()["run"]
+    assert run["sources_compared"] == 1  # the grader's reference only
+    body = client.get(BASE, params={"min_similarity": 0}, headers=instructor_headers()).json()
+    assert not [p for p in body["pairs"] if p["right"]["source_id"] == sources[1]["id"]]
+    # The retired row keeps its text (earlier reviews' fragments point into it) and stays.
+    assert client.delete(f"{BASE}/sources/{sources[1]['id']}",
+                         headers=instructor_headers()).status_code == 404
