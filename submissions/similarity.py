@@ -164,6 +164,16 @@ def overview(session: Session, *, assignment: str, min_similarity: float | None,
                     total=total)
 
 
+def sources(session: Session, *, assignment: str) -> list[SimilaritySource]:
+    """The known sources of `assignment` (reference, public, retired).
+
+    Raises:
+        UnknownAssignment: not in the manifest.
+    """
+    name = assignments.resolve_manifest(assignment).name
+    return list(repository.list_similarity_sources(session, assignment=name))
+
+
 def get_pair(session: Session, *, assignment: str, pair_id: int) -> SimilarityPair:
     """One pair of a review of `assignment`.
 

@@ -158,8 +158,8 @@ def list_similarity_sources(name: AssignmentName, _: StaffOnly,
                             session: SessionDep) -> SimilaritySourceList:
     """The known sources every submission is compared with (staff): the reference (once a
     review has run) and the public kernels staff added."""
-    view = similarity.overview(session, assignment=name, min_similarity=None)
-    return SimilaritySourceList(sources=[source_read(s) for s in view.sources])
+    return SimilaritySourceList(sources=[source_read(s) for s in
+                                         similarity.sources(session, assignment=name)])
 
 
 @router.post("/{name}/similarity/sources", status_code=status.HTTP_201_CREATED,
