@@ -35,6 +35,7 @@ from api.routes import (
     lti,
     me,
     regrades,
+    similarity,
     staff,
     students,
     submissions,
@@ -88,7 +89,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(AdmissionMiddleware, admission=app.state.admission)
     app.add_middleware(RequestEdgeMiddleware)
     for router in (me.router, students.router, staff.router, assignments.router,
-                   submissions.router, regrades.router, leaderboard.router, audit.router,
+                   submissions.router, regrades.router, similarity.router, leaderboard.router, audit.router,
                    lti.router, health.router):
         app.include_router(router)
     install_pages(app)

@@ -647,3 +647,100 @@ class Health(BaseModel):
     queue_depth: int | None
     workers: list[WorkerHealth]
     fleets: list[FleetHealth] = Field(default_factory=list)
+
+
+# ------------------------------------------------------------------ similarity review
+
+
+class SimilarityRunCreate(BaseModel):
+    threshold: float | None = Field(
+        None, gt=0, le=1, description="pairs at or above it are listed (the larger side's share "
+        "of matched code, 0..1]; default 0.6")
+
+
+class SimilarityRunRead(BaseModel):
+    """A similarity review of an assignment (a worker runs it; never a request)."""
+
+    id: int
+    assignment: str
+    status: str = Field(description="`queued`, `running`, `finished` or `error`")
+    threshold: float
+    requested_by: str
+    created_at: dt.datetime
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+    error_message: str | None
+    tool: str | None = Field(description="the tool and its version, e.g. `copydetect 0.5.0`")
+    parameters: dict[str, Any] | None
+    submissions_compared: int | None = Field(description="each student's latest submission")
+    sources_compared: int | None = Field(description="known sources: reference, public kernels")
+    pairs_compared: int | None
+    duration_s: float | None
+
+
+class SimilaritySide(BaseModel):
+    """One side of a pair: a student's submission, or a known source."""
+
+    kind: Literal["submission", "source"]
+    submission_id: int | None = None
+    student_id: int | None = None
+    student_name: str | None = None
+    source_id: int | None = None
+    source_name: str | None = None
+    similarity: float = Field(description="this side's share of matched code, 0..1")
+    fragments: list[tuple[int, int]] = Field(
+        description="matched [start, end) character offsets into `text`, sorted")
+    text: str | None = Field(None, description="the whole text (in a single pair's answer)")
+
+
+class SimilarityPairRead(BaseModel):
+    id: int
+    run_id: int
+    similarity: float = Field(description="the larger of the two sides' shares")
+    matched_chars: int
+    left: SimilaritySide
+    right: SimilaritySide
+    reviewed_at: dt.datetime | None
+    reviewed_by: str | None
+    review_note: str | None
+
+
+class SimilarityOverview(BaseModel):
+    """The latest finished review's pairs at or above `min_similarity`, most similar first,
+    and the review queued, running or failed since, if any."""
+
+    assignment: str
+    run: SimilarityRunRead | None
+    pending: SimilarityRunRead | None
+    min_similarity: float
+    total: int = Field(description="pairs at or above `min_similarity` (`pairs` is one page)")
+    pairs: list[SimilarityPairRead]
+
+
+class SimilarityReview(BaseModel):
+    reviewed: bool = Field(True, description="false clears the mark")
+    note: StoredText | None = Field(None, max_length=2000)
+
+
+class SimilaritySourceCreate(BaseModel):
+    name: StoredText = Field(min_length=1, max_length=200)
+    origin: StoredText | None = Field(None, max_length=2000,
+                                      description="where it comes from (a URL); never fetched")
+    text: StoredText = Field(min_length=1, max_length=256 * 1024, description="Python source")
+
+
+class SimilaritySourceRead(BaseModel):
+    id: int
+    assignment: str
+    kind: str = Field(description="`reference` (the grader's), `public` (staff added) or "
+                      "`retired` (a reference since replaced; kept for earlier reviews' pairs)")
+    name: str
+    origin: str | None
+    source_sha256: str
+    bytes: int
+    added_by: str
+    added_at: dt.datetime
+
+
+class SimilaritySourceList(BaseModel):
+    sources: list[SimilaritySourceRead]

@@ -27,6 +27,13 @@
     grader course gradescope-class NAME --output results.json     (every student)
     grader course gradescope SUBMISSION --output results.json
     grader course audit [--limit N]
+    grader course similarity NAME [--run [--threshold T]] [--min-similarity M]
+                      (queue a review, or list the latest review's pairs)
+    grader course similarity-review NAME PAIR [--note TEXT] [--clear]
+    grader course similarity-sources NAME
+    grader course similarity-add-source NAME FILE --name N [--origin URL]
+    grader course similarity-remove-source NAME SOURCE_ID
+    grader course export-similarity NAME --output pairs.csv
 
 Times are ISO 8601 with a zone (``2026-12-15T23:59:00Z``). Exit code 0, or 2 when the
 server refuses (the error's code is printed).
@@ -57,6 +64,10 @@ from api.schemas import (
     FinalRunRead,
     Leaderboard,
     RegradeRead,
+    SimilarityOverview,
+    SimilarityRunRead,
+    SimilaritySide,
+    SimilaritySourceList,
     TokenIssued,
 )
 from client.cli import connection_arguments, print_api_error
@@ -214,6 +225,33 @@ def build_parser() -> argparse.ArgumentParser:
 
     audit = commands.add_parser("audit", help="the log of staff actions")
     audit.add_argument("--limit", type=int, default=50)
+
+    similar = commands.add_parser("similarity", help="similarity review: list the latest "
+                                  "review's pairs, or queue a review with --run")
+    similar.add_argument("name")
+    similar.add_argument("--run", action="store_true", help="queue a review (a worker runs it)")
+    similar.add_argument("--threshold", type=float, help="with --run: pairs at or above it (0..1]")
+    similar.add_argument("--min-similarity", type=float, help="list pairs at or above it")
+    review = commands.add_parser("similarity-review", help="mark a pair reviewed (decides nothing)")
+    review.add_argument("name")
+    review.add_argument("pair", type=int)
+    review.add_argument("--note")
+    review.add_argument("--clear", action="store_true", help="clear the mark instead")
+    known = commands.add_parser("similarity-sources", help="the known sources of an assignment")
+    known.add_argument("name")
+    add_known = commands.add_parser("similarity-add-source", help="add a public kernel that "
+                                    "every submission is compared with")
+    add_known.add_argument("name")
+    add_known.add_argument("file", type=Path)
+    add_known.add_argument("--name", dest="source_name", required=True)
+    add_known.add_argument("--origin", help="where it comes from (a URL; never fetched)")
+    remove_known = commands.add_parser("similarity-remove-source", help="remove a public source")
+    remove_known.add_argument("name")
+    remove_known.add_argument("source_id", type=int)
+    export_similar = commands.add_parser("export-similarity", help="the latest review's pairs as CSV")
+    export_similar.add_argument("name")
+    export_similar.add_argument("--output", type=Path, required=True)
+    export_similar.add_argument("--min-similarity", type=float)
     # The connection options are accepted after the subcommand too (as `grader submit`
     # takes them): suppressed defaults keep a value given before it.
     for sub in commands.choices.values():
@@ -529,6 +567,91 @@ def _audit(client: ServiceClient, args: argparse.Namespace, console: Console) ->
     return data
 
 
+def _side(side: SimilaritySide) -> str:
+    if side.kind == "submission":
+        return f"#{side.submission_id} {escape(side.student_name or '')}"
+    return f"source: {escape(side.source_name or '')}"
+
+
+def _similarity(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
+    base = f"/api/v1/assignments/{args.name}/similarity"
+    if args.run:
+        data = client.request("POST", base, json={"threshold": args.threshold},
+                              expect=(202,)).json()
+        run = SimilarityRunRead.model_validate(data)
+        console.print(f"similarity review {run.id} of {run.assignment} queued (threshold "
+                      f"{run.threshold:g}); a worker runs it when no grading waits")
+        return data
+    params = {} if args.min_similarity is None else {"min_similarity": args.min_similarity}
+    data = client.get_json(base, params=params)
+    view = SimilarityOverview.model_validate(data)
+    if view.pending is not None:
+        console.print(f"review {view.pending.id}: {view.pending.status}"
+                      + (f" ({escape(view.pending.error_message)})" if view.pending.error_message else ""))
+    if view.run is None:
+        console.print(f"no finished similarity review of {view.assignment} yet")
+        return data
+    run = view.run
+    console.print(f"review {run.id} ({run.tool}, finished {_utc(run.finished_at)}): "
+                  f"{run.submissions_compared} submissions, {run.sources_compared} known sources, "
+                  f"{run.pairs_compared} pairs in {run.duration_s or 0:.2f} s")
+    table = Table(title=f"{view.assignment}: pairs at or above {view.min_similarity:g}")
+    for column in ("pair", "similarity", "submission", "compared with", "reviewed"):
+        table.add_column(column)
+    for pair in view.pairs:
+        table.add_row(str(pair.id), f"{pair.similarity:.0%}", _side(pair.left), _side(pair.right),
+                      escape(pair.reviewed_by or "") if pair.reviewed_at else "")
+    console.print(table)
+    return data
+
+
+def _similarity_review(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
+    data = client.request("POST", f"/api/v1/assignments/{args.name}/similarity/pairs/{args.pair}/review",
+                          json={"reviewed": not args.clear, "note": args.note}).json()
+    console.print(f"pair {args.pair} {'mark cleared' if args.clear else 'marked reviewed'}")
+    return data
+
+
+def _similarity_sources(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
+    data = client.get_json(f"/api/v1/assignments/{args.name}/similarity/sources")
+    table = Table(title=f"{args.name}: known sources")
+    for column in ("id", "kind", "name", "origin", "bytes", "added"):
+        table.add_column(column, overflow="fold")
+    for source in SimilaritySourceList.model_validate(data).sources:
+        table.add_row(str(source.id), source.kind, escape(source.name), escape(source.origin or ""),
+                      str(source.bytes), f"{_utc(source.added_at)} by {escape(source.added_by)}")
+    console.print(table)
+    return data
+
+
+def _similarity_add_source(client: ServiceClient, args: argparse.Namespace,
+                           console: Console) -> Any:
+    data = client.request("POST", f"/api/v1/assignments/{args.name}/similarity/sources",
+                          json={"name": args.source_name, "origin": args.origin,
+                                "text": args.file.read_text(encoding="utf-8")},
+                          expect=(201,)).json()
+    console.print(f"source {data['id']} ({escape(data['name'])}) added to {args.name}; the next "
+                  "review compares every submission with it")
+    return data
+
+
+def _similarity_remove_source(client: ServiceClient, args: argparse.Namespace,
+                              console: Console) -> Any:
+    client.request("DELETE", f"/api/v1/assignments/{args.name}/similarity/sources/{args.source_id}",
+                   expect=(204,))
+    console.print(f"source {args.source_id} removed from {args.name}")
+    return None
+
+
+def _export_similarity(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
+    params = {} if args.min_similarity is None else {"min_similarity": args.min_similarity}
+    text = client.request("GET", f"/api/v1/assignments/{args.name}/similarity/export",
+                          params=params).text
+    args.output.write_text(text)
+    console.print(f"{len(text.splitlines()) - 1} pair(s) written to {args.output}")
+    return None
+
+
 HANDLERS = {
     "show": _show, "set": _set, "import-roster": _import_roster,
     "add-student": _add_student, "add-staff": _add_staff,
@@ -541,4 +664,8 @@ HANDLERS = {
     "export-canvas": _export_gradebook("canvas"), "export-moodle": _export_gradebook("moodle"),
     "gradescope-class": _gradescope_class,
     "audit": _audit,
+    "similarity": _similarity, "similarity-review": _similarity_review,
+    "similarity-sources": _similarity_sources, "similarity-add-source": _similarity_add_source,
+    "similarity-remove-source": _similarity_remove_source,
+    "export-similarity": _export_similarity,
 }

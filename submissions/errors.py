@@ -406,3 +406,54 @@ class DueDateInPast(DomainError):
 
     code = "due_date_in_past"
     http_status = 409
+
+
+class SimilarityRunInProgress(DomainError):
+    """A similarity review of this assignment is already queued or running; `details`
+    carries its `run_id`."""
+
+    code = "similarity_run_in_progress"
+    http_status = 409
+
+
+class SimilarityThresholdInvalid(DomainError):
+    """A similarity threshold outside (0, 1]."""
+
+    code = "similarity_threshold_invalid"
+    http_status = 422
+
+
+class SimilarityRunNotFound(DomainError):
+    """No similarity review of this assignment has run yet."""
+
+    code = "similarity_run_not_found"
+    http_status = 404
+
+
+class SimilarityPairNotFound(DomainError):
+    """No such pair (in this assignment's reviews)."""
+
+    code = "similarity_pair_not_found"
+    http_status = 404
+
+
+class SimilaritySourceNotFound(DomainError):
+    """No such known source of this assignment."""
+
+    code = "similarity_source_not_found"
+    http_status = 404
+
+
+class SimilaritySourceInvalid(DomainError):
+    """A known source with an empty or too long name, empty or too large text, or text
+    that is not Python."""
+
+    code = "similarity_source_invalid"
+    http_status = 422
+
+
+class SimilaritySourceNameTaken(DomainError):
+    """The assignment already has a known source of this name."""
+
+    code = "similarity_source_name_taken"
+    http_status = 409

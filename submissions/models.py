@@ -20,6 +20,8 @@ Tables:
 - ``final_runs``: a final ranking run of an assignment on a fresh secret seed.
 - ``audit_events``: who did what, when: every staff action.
 - ``worker_heartbeats``: one row per worker process, for /healthz.
+- ``similarity_sources``, ``similarity_runs``, ``similarity_pairs``: similarity review
+  (submissions/similarity.py): known public kernels, review jobs and the pairs they found.
 """
 
 from __future__ import annotations
@@ -737,3 +739,116 @@ class LtiSession(Base):
         ForeignKey("staff_members.id", ondelete="CASCADE"))
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utc_now)
     expires_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
+class SimilarityStatus(enum.StrEnum):
+    """Lifecycle of a similarity run: ``queued -> running -> finished|error``; a running run
+    whose lease expires goes back to ``queued`` until ``max_attempts`` claims were used."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    FINISHED = "finished"
+    ERROR = "error"
+
+
+class SimilaritySourceKind(enum.StrEnum):
+    """``reference``: the assignment's own reference solution (written by the review job
+    from the grader's folder); ``public``: a public kernel staff added (a library's, a
+    tutorial's); ``retired``: a reference the grader has since replaced, kept for the pairs
+    of earlier reviews (never compared again)."""
+
+    REFERENCE = "reference"
+    PUBLIC = "public"
+    RETIRED = "retired"
+
+
+class SimilaritySource(Base):
+    """A known public kernel of an assignment, compared with every student's submission.
+    Its text is hostile like a submission's (staff paste it from anywhere)."""
+
+    __tablename__ = "similarity_sources"
+    __table_args__ = (
+        CheckConstraint("kind IN ('reference', 'public', 'retired')", name="kind"),
+        Index("uq_similarity_sources_assignment_name", "assignment", "name", unique=True),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    assignment: Mapped[str] = mapped_column(String(100))
+    kind: Mapped[str] = mapped_column(String(16), default=SimilaritySourceKind.PUBLIC)
+    name: Mapped[str] = mapped_column(String(200))
+    # Where it comes from (a URL, a book), for the reviewer; never fetched.
+    origin: Mapped[str | None] = mapped_column(Text)
+    source_text: Mapped[str] = mapped_column(Text)
+    source_sha256: Mapped[str] = mapped_column(String(64))
+    added_by: Mapped[str] = mapped_column(String(200))
+    added_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utc_now)
+
+
+class SimilarityRun(Base):
+    """One similarity review of an assignment: a job (claimed by a worker with a lease,
+    like a grading), then its outcome. The latest finished run is the one staff read."""
+
+    __tablename__ = "similarity_runs"
+    __table_args__ = (
+        CheckConstraint("status IN ('queued', 'running', 'finished', 'error')", name="status"),
+        CheckConstraint("threshold > 0 AND threshold <= 1", name="threshold"),
+        Index("ix_similarity_runs_assignment_id", "assignment", "id"),
+        Index("ix_similarity_runs_status_created_at", "status", "created_at", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    assignment: Mapped[str] = mapped_column(String(100))
+    status: Mapped[str] = mapped_column(String(16), default=SimilarityStatus.QUEUED)
+    # Pairs at or above it are stored (the larger of the two sides' shares, 0..1].
+    threshold: Mapped[float] = mapped_column(Float)
+    requested_by: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utc_now)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    worker_id: Mapped[str | None] = mapped_column(String(200))
+    lease_token: Mapped[str | None] = mapped_column(String(64))
+    lease_expires_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+    started_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+    finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+    error_message: Mapped[str | None] = mapped_column(Text)
+    # The tool and its version (``copydetect 0.5.0``) and its parameters (k-gram length...).
+    tool: Mapped[str | None] = mapped_column(String(100))
+    parameters: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    submissions_compared: Mapped[int | None] = mapped_column(Integer)
+    sources_compared: Mapped[int | None] = mapped_column(Integer)
+    pairs_compared: Mapped[int | None] = mapped_column(Integer)
+    duration_s: Mapped[float | None] = mapped_column(Float)
+
+
+class SimilarityPair(Base):
+    """A pair a run found at or above its threshold: a submission (left) and another
+    student's submission or a known source (right), each side's share of matched code and
+    the matched fragments as ``[[start, end], ...]`` character offsets into its text."""
+
+    __tablename__ = "similarity_pairs"
+    __table_args__ = (
+        CheckConstraint("(right_submission_id IS NULL) <> (right_source_id IS NULL)",
+                        name="one_right"),
+        Index("ix_similarity_pairs_run_id_similarity", "run_id", "similarity"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("similarity_runs.id", ondelete="CASCADE"))
+    left_submission_id: Mapped[int] = mapped_column(
+        ForeignKey("submissions.id", ondelete="CASCADE"))
+    right_submission_id: Mapped[int | None] = mapped_column(
+        ForeignKey("submissions.id", ondelete="CASCADE"))
+    right_source_id: Mapped[int | None] = mapped_column(
+        ForeignKey("similarity_sources.id", ondelete="CASCADE"))
+    similarity: Mapped[float] = mapped_column(Float)
+    left_similarity: Mapped[float] = mapped_column(Float)
+    right_similarity: Mapped[float] = mapped_column(Float)
+    matched_chars: Mapped[int] = mapped_column(Integer)
+    left_fragments: Mapped[list[list[int]]] = mapped_column(JSON)
+    right_fragments: Mapped[list[list[int]]] = mapped_column(JSON)
+    # Staff's mark: looked at (nothing is decided here; a disqualification is its own action).
+    reviewed_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+    reviewed_by: Mapped[str | None] = mapped_column(String(200))
+    review_note: Mapped[str | None] = mapped_column(Text)
+
+    left: Mapped[Submission] = relationship(foreign_keys=[left_submission_id], viewonly=True)
+    right: Mapped[Submission | None] = relationship(foreign_keys=[right_submission_id],
+                                                    viewonly=True)
+    source: Mapped[SimilaritySource | None] = relationship(viewonly=True)

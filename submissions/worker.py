@@ -33,7 +33,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.stages import StageReport
-from submissions import repository
+from submissions import repository, similarity
 from submissions.grading import GradingCancelled, InfrastructureFailure, WarmGrader, run_grader
 from submissions.models import utc_now
 from submissions.placement import describe_gpu, describe_launcher, format_cpu_list
@@ -184,9 +184,25 @@ class Worker:
                 session, worker_id=self.worker_id, lease_s=self.settings.lease_s, now=utc_now()
             )
         if job is None:
-            return False
+            return self._review_next()
         self._grade(job)
         self._prepare_warm_grader()
+        return True
+
+    def _review_next(self) -> bool:
+        """When no grading waits: claim a queued similarity review and run it (in a child
+        process with a time limit, seconds to a minute for a class: submissions/similarity.py;
+        `request_stop()` hands it back). Returns False if none was queued. Raises sqlalchemy
+        errors."""
+        with self.session_factory.begin() as session:
+            claimed = repository.claim_next_similarity_run(
+                session, worker_id=self.worker_id, lease_s=similarity.LEASE_S,
+                max_attempts=self.settings.max_attempts, now=utc_now())
+        if claimed is None:
+            return False
+        logger.info("worker %s: similarity review %s of %s (attempt %s)", self.worker_id,
+                    claimed.run_id, claimed.assignment, claimed.attempt)
+        similarity.execute_run(self.session_factory, claimed, cancel=self._stop)
         return True
 
     def _prepare_warm_grader(self) -> None:

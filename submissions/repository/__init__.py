@@ -18,6 +18,7 @@ Callers import the package (``from submissions import repository``) and call
 - `workers`, `observability`: heartbeats, health and metrics.
 - `analytics`: the check verdicts behind the staff's class analytics.
 - `lti`: LTI 1.3 registrations, keys, launches, identities, line items and score syncs.
+- `similarity`: similarity review's known sources, runs (a queue of their own) and pairs.
 """
 
 from submissions.repository.analytics import *  # noqa: F403
@@ -30,6 +31,7 @@ from submissions.repository.lti import *  # noqa: F403
 from submissions.repository.observability import *  # noqa: F403
 from submissions.repository.queue import *  # noqa: F403
 from submissions.repository.regrades import *  # noqa: F403
+from submissions.repository.similarity import *  # noqa: F403
 from submissions.repository.staff import *  # noqa: F403
 from submissions.repository.standings import *  # noqa: F403
 from submissions.repository.students import *  # noqa: F403
