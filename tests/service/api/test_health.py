@@ -51,9 +51,13 @@ def test_unreachable_database_is_503_with_a_stable_code() -> None:
     with TestClient(app) as client:
         response = client.get("/healthz")
         assert response.status_code == 503 and response.json()["database"] == "unreachable"
+        assert response.headers["retry-after"] == "5"  # every 503 carries it (issue 38)
+        response = client.get("/metrics")
+        assert response.status_code == 503 and response.headers["retry-after"] == "5"
         response = client.get("/api/v1/submissions", headers=bearer("some-token"))
         assert response.status_code == 503
         assert response.json()["error"]["code"] == "database_unavailable"
+        assert response.headers["retry-after"] == "5"
 
 
 def test_a_sigkilled_worker_is_dead_on_healthz_within_3_heartbeats(committed_db, tmp_path) -> None:
