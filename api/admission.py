@@ -29,7 +29,7 @@ no connection), and is refused only when:
   (been empty) within the last ``api_queue_target_s``: a burst the server absorbs;
 - or, once the queue has stayed non-empty for longer than that (a standing queue: requests
   arrive faster than they are served, i.e. saturation, not a burst), after
-  ``api_queue_saturated_wait_s`` (0.25 s): under saturation new requests are shed quickly, so
+  ``api_queue_saturated_wait_s`` (0.5 s): under saturation new requests are shed quickly, so
   that the queue's delay stays bounded and a refused client learns it at once;
 - or the queue already holds ``api_max_queued`` requests (refused at once).
 
@@ -237,7 +237,7 @@ class Admission:
     max_waiting: int
     retry_after_s: int
     target_s: float = 1.0
-    saturated_wait_s: float = 0.25
+    saturated_wait_s: float = 0.5
     max_queued: int = 1000
     api: Gate = field(init=False)
     health_in_flight: int = 0

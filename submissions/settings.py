@@ -104,7 +104,7 @@ class Settings(BaseSettings):
     api_queue_target_s: float = Field(1.0, gt=0, le=60, description="longest wait (seconds) "
                                       "of a request for a place while the queue has drained "
                                       "within this long (a burst); beyond it 503 overloaded")
-    api_queue_saturated_wait_s: float = Field(0.25, gt=0, le=60, description="longest wait "
+    api_queue_saturated_wait_s: float = Field(0.5, gt=0, le=60, description="longest wait "
                                               "(seconds) for a place once the queue has stayed "
                                               "non-empty for longer than api_queue_target_s "
                                               "(saturation: shed new requests fast); at most "
