@@ -14,7 +14,9 @@ each, no retry), on loopback only:
 
 1. ``reads_120``: `--rounds` rounds of 120 concurrent ``GET /api/v1/submissions/{id}``;
 2. ``long_polls_100``: 100 simultaneous ``?wait=`` long-polls, and 1 s later 120 reads;
-3. ``reads_300``: `--rounds` rounds of 300 concurrent reads;
+3. ``reads_300``: `--rounds` rounds of 300 concurrent reads; and, as the floor of what 300
+   connections at once cost this client and the server's event loop on this machine (no
+   admission, no database, no thread), ``static_300``: 300 concurrent GETs of a static file;
 4. ``slowed_database``: the proxy holds every chunk `--delay-ms` each way, then 300
    concurrent reads and a `/healthz`; then the delay is removed and one read is timed;
 5. ``outage_long_polls``: 20 long-polls wait, the proxy is cut: how long until each answers.
@@ -212,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     started = dt.datetime.now(dt.UTC)
     meta_machine, meta_versions = machine(), versions(direct)
     defaults = Settings(database_url=database_url, **overrides)
-    settings = {key: getattr(defaults, key) for key in (
+    settings = {key: getattr(defaults, key, None) for key in (  # None: not in this version
         "api_threads", "api_health_reserve", "api_max_in_flight", "api_queue_target_s",
         "api_queue_saturated_wait_s", "api_max_queued", "api_max_waiting", "api_retry_after_s",
         "long_poll_interval_s", "db_pool_timeout_s")}
@@ -241,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
         phases["reads_300"] = [summarise(run(burst(base, path, token, 300))).model_dump()
                                for _ in range(args.rounds)]
         log(f"reads_300: {phases['reads_300']}")
+        phases["static_300"] = [summarise(run(burst(base, "/static/pages.css", None, 300)))
+                                .model_dump() for _ in range(args.rounds)]
+        log(f"static_300: {phases['static_300']}")
 
         proxy.delay_s = args.delay_ms / 1000
         alone = run(burst(base, path, token, 1))[0].seconds
