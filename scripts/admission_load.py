@@ -21,6 +21,8 @@ each, no retry), on loopback only:
    concurrent reads and a `/healthz`; then the delay is removed and one read is timed;
 5. ``outage_long_polls``: 20 long-polls wait, the proxy is cut: how long until each answers.
 
+After the 120-read, the 300-read and the slowed bursts it keeps the server's own admission
+series from /metrics (cumulative: the longest wait in the queue, refusals by reason).
 It writes one JSON file (`AdmissionRun`: date, machine, versions, settings, command line,
 phases with status counts, Retry-After on every 503, latency percentiles) under
 docs/reliability/ and prints its path. The database is dropped afterwards. The burst helpers
@@ -146,6 +148,21 @@ async def long_polls_with_reads(base_url: str, path: str, token: str, polls: int
     return await waiting, read_answers
 
 
+def admission_series(base_url: str) -> dict[str, float]:
+    """This API process's admission as its /metrics says (``grader_api_...``: places held,
+    queued, admitted after a wait, the longest wait, refusals by reason; cumulative)."""
+    from loadtest import require_loopback
+
+    require_loopback(base_url)
+    text = httpx.get(f"{base_url}/metrics", timeout=30).text
+    series = {}
+    for line in text.splitlines():
+        if line.startswith("grader_api_"):
+            name, _, value = line.rpartition(" ")
+            series[name] = float(value)
+    return series
+
+
 def create_student_and_upload(base_url: str, instructor_token: str) -> tuple[str, str]:
     """One student and one upload (queued: nobody grades it): (the student's token, the
     submission's path)."""
@@ -234,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
 
         phases["reads_120"] = [summarise(run(burst(base, path, token, 120))).model_dump()
                                for _ in range(args.rounds)]
+        phases["server_after_reads_120"] = admission_series(base)
         log(f"reads_120: {phases['reads_120']}")
         polls, reads = run(long_polls_with_reads(base, path, token, 100, 120, args.long_poll_wait))
         phases["long_polls_100"] = {"wait_s": args.long_poll_wait,
@@ -242,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"long_polls_100: {phases['long_polls_100']}")
         phases["reads_300"] = [summarise(run(burst(base, path, token, 300))).model_dump()
                                for _ in range(args.rounds)]
+        phases["server_after_reads_300"] = admission_series(base)
         log(f"reads_300: {phases['reads_300']}")
         phases["static_300"] = [summarise(run(burst(base, "/static/pages.css", None, 300)))
                                 .model_dump() for _ in range(args.rounds)]
@@ -254,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         proxy.delay_s = 0.0
         time.sleep(1.0)
         after = run(burst(base, path, token, 1))[0]
+        phases["server_after_slowed_database"] = admission_series(base)
         phases["slowed_database"] = {
             "delay_ms_each_way": args.delay_ms, "one_read_alone_s": round(alone, 3),
             "reads_300": slowed, "healthz_during": {"status": health.status,

