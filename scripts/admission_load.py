@@ -217,30 +217,30 @@ def main(argv: list[str] | None = None) -> int:
 
     admin_url = os.environ.get("GRADER_TEST_POSTGRES_URL",
                                "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    name = f"admission_{stamp.lower()}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
-    database_url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    direct = create_engine(database_url)
-    proxy = CuttableProxy.for_database(database_url)
-    workdir = Path(tempfile.mkdtemp(prefix=f"admission-{stamp}-"))
-    stack = Stack(proxy.url_for(database_url), workdir, _free_port(), "cpu")
-    stack.env.update({f"GRADER_{key.upper()}": value for key, value in overrides.items()})
-    started = dt.datetime.now(dt.UTC)
-    meta_machine, meta_versions = machine(), versions(direct)
-    defaults = Settings(database_url=database_url, **overrides)
+    defaults = Settings(database_url=admin_url, **overrides)
     settings = {key: getattr(defaults, key, None) for key in (  # None: not in this version
         "api_threads", "api_health_reserve", "api_max_in_flight", "api_queue_target_s",
         "api_queue_saturated_wait_s", "api_max_queued", "api_max_waiting", "api_retry_after_s",
         "long_poll_interval_s", "db_pool_timeout_s")}
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    name = f"admission_{stamp.lower()}"
+    database_url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    direct = create_engine(database_url)
+    proxy = CuttableProxy.for_database(database_url)
+    workdir = Path(tempfile.mkdtemp(prefix=f"admission-{stamp}-"))  # the API's log stays
+    stack = Stack(proxy.url_for(database_url), workdir, _free_port(), "cpu")
+    stack.env.update({f"GRADER_{key.upper()}": value for key, value in overrides.items()})
     phases: dict[str, object] = {}
 
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    try:
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    try:  # from here on the database is dropped whatever happens
+        started = dt.datetime.now(dt.UTC)
+        meta_machine, meta_versions = machine(), versions(direct)
         log(f"stack in {workdir}; database {name}; API {stack.base_url}")
         stack.start_api()
         base = stack.base_url
