@@ -180,3 +180,19 @@ def test_a_database_outage_ends_the_long_polls_at_once_with_retry_after(
     assert summary.codes_503 == {"database_unavailable": 20} and summary.every_503_has_retry_after
     assert max(after_cut) < 10.0, after_cut  # not the 30 s wait; measured: 0.1-0.3 s (PostgreSQL)
     assert health.status_code == 503 and health.headers["retry-after"].isdigit()
+
+
+def test_the_load_script_targets_loopback_only_and_summarises_by_nearest_rank() -> None:
+    for server in ("http://10.0.0.5:8000", "http://example.org", "https://127.0.0.1:8000"):
+        with pytest.raises(ValueError):
+            asyncio.run(load.burst(server, "/healthz", None, 1))
+    with pytest.raises(ValueError):
+        asyncio.run(load.burst("http://127.0.0.1:9", "/healthz", None, load.MAX_BURST + 1))
+    answers = [load.Answer(200, None, None, seconds / 100, 0.0) for seconds in range(1, 101)]
+    answers += [load.Answer(503, "overloaded", "1", 1.5, 0.0),
+                load.Answer(503, "overloaded", None, 0.7, 0.0)]
+    summary = load.summarise(answers)
+    assert summary.answers == {"200": 100, "503": 2} and summary.codes_503 == {"overloaded": 2}
+    assert summary.ok_p50_s == 0.505 and summary.ok_p99_s == 0.99 and summary.ok_max_s == 1.0
+    assert summary.all_max_s == 1.5 and summary.refused_max_s == 1.5
+    assert summary.every_503_has_retry_after is False  # one 503 came without it
