@@ -1,4 +1,5 @@
-"""Admission control: a bounded number of requests in flight, 503 + Retry-After beyond it.
+"""Admission control by queueing delay: a bounded number of requests in flight, the others
+waiting in a bounded queue up to a target delay, 503 + Retry-After only beyond it.
 
 A pure ASGI middleware (no body is read, no thread is taken) in front of every route. Each
 request is put in one of four classes by its path and query alone:
@@ -9,28 +10,58 @@ request is put in one of four classes by its path and query alone:
   others: a check that finds its places taken takes a free ``api`` place, or else waits
   (without a thread) up to ``HEALTH_WAIT_S`` for either, since each check takes
   milliseconds (issue 24: a third overlapping check on an idle server was a 503).
-- ``wait``: a long-poll, ``GET /api/v1/submissions/{id}?wait=N`` with N > 0: bounded apart
-  (``api_max_waiting``); while it waits it holds no thread and no connection, and each of its
-  short reads takes an ``api`` slot of its own (`Admission.read_slot`).
+- ``wait``: a long-poll, ``GET /api/v1/submissions/{id}?wait=N`` with N > 0: it holds no
+  ``api`` place while it waits (at most ``api_max_waiting`` wait at once); each of its short
+  reads queues for an ``api`` place of its own (`Admission.read_place`), as does the one
+  status query per interval of all the waiters (api/longpoll.py).
 - ``api``: everything else (API routes, pages, the API reference): at most
-  ``api_max_in_flight`` = ``api_threads - api_health_reserve`` at once.
+  ``api_max_in_flight`` = ``api_threads - api_health_reserve`` in flight at once (`Gate`).
 
-The thread limiter and the connection pool both have ``api_threads`` places (api/main.py,
-submissions/db.py), so an admitted request always finds a connection without waiting: the
-deadlock of issue 10 (threads waiting for connections held by requests waiting for a thread)
-cannot form. A request over its class's bound is answered at once with 503, code
-``overloaded``, and ``Retry-After: api_retry_after_s`` (a health check after its wait).
-Request bodies have been read before a request gets here (api/guard.py), so a place is
-never held by a client that is still sending. The counters live in one event loop
-and are only touched from it, so plain integers are safe.
+Why a queue (issue 38). The first version refused a request at once when its class's places
+were taken: 120 concurrent status reads on an idle server got 98 x 503, although the 22
+admitted ones were answered within 0.9 s and the whole burst could have been served in about
+a second; 100 long-polls arriving together got 77 x 503. The bound was on instantaneous
+concurrency, not on how long a request would wait. Now a request that finds every place
+taken waits for one in a FIFO queue, as an ``asyncio`` future on the event loop (no thread,
+no connection), and is refused only when:
+
+- it has waited ``api_queue_target_s`` (1 s) without a place while the queue has drained
+  (been empty) within the last ``api_queue_target_s``: a burst the server absorbs;
+- or, once the queue has stayed non-empty for longer than that (a standing queue: requests
+  arrive faster than they are served, i.e. saturation, not a burst), after
+  ``api_queue_saturated_wait_s`` (0.5 s): under saturation new requests are shed quickly, so
+  that the queue's delay stays bounded and a refused client learns it at once;
+- or the queue already holds ``api_max_queued`` requests (refused at once).
+
+This is the controlled-delay queue of "Fail at Scale" (Maurer, ACM Queue 13(8), 2015: CoDel
+applied to a server's request queue): the wait a request may spend queued depends on whether
+the queue has been empty recently. The target is a wait, so on a fast machine more requests
+fit in it and on a slow or loaded one fewer: nothing is tuned to a request count.
+
+Why the threads-vs-connections deadlock of issue 10 cannot return. The thread limiter and the
+connection pool both have ``api_threads`` places (api/main.py, submissions/db.py); an admitted
+request uses at most one connection, and at most ``api_max_in_flight`` + ``api_health_reserve``
+= ``api_threads`` requests are admitted at once, so an admitted request always finds a thread
+and a connection without waiting. A queued request holds neither: it has not been admitted,
+and it waits on the event loop. Nothing waits for a place while holding one (the token check
+of api/guard.py takes its place and gives it back before the request reaches this middleware;
+a long-poll holds a ``wait`` place, never an ``api`` one, while its reads queue).
+
+A refused request is answered with 503, code ``overloaded``, and
+``Retry-After: api_retry_after_s``. Request bodies have been read before a request gets here
+(api/guard.py), so a place is never held, nor a queue entry taken, by a client that is still
+sending. The counters and the queue live in one event loop and are only touched from it, so
+plain integers and a deque are safe.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -72,53 +103,200 @@ def _waits(scope: dict[str, Any]) -> bool:
     return False
 
 
+class Gate:
+    """`places` holders at once and a bounded FIFO queue of waiters with a controlled delay
+    (the module docstring says when a waiter is refused).
+
+    Args:
+        places: holders at once (>= 1).
+        target_s: seconds a waiter may wait while the queue has been empty within the last
+            `target_s` (a burst).
+        saturated_wait_s: seconds a waiter may wait once the queue has stayed non-empty for
+            longer than `target_s` (saturation); at most `target_s`.
+        max_queued: waiters at once; beyond, `enter` refuses at once (0: no queue at all).
+        clock: seconds, monotonic (tests pass their own).
+
+    Only touched from one event loop.
+    """
+
+    def __init__(self, places: int, *, target_s: float, saturated_wait_s: float,
+                 max_queued: int, clock: Any = time.monotonic) -> None:
+        self.places = places
+        self.target_s = target_s
+        self.saturated_wait_s = min(saturated_wait_s, target_s)
+        self.max_queued = max_queued
+        self.clock = clock
+        self.holders = 0
+        self._queue: deque[asyncio.Future[bool]] = deque()
+        self._last_empty = clock()  # when the queue was last seen empty
+        # Counters (tests, the figures of scripts/admission_load.py).
+        self.admitted = 0  # entries, at once or after a wait
+        self.admitted_after_wait = 0
+        self.longest_wait_s = 0.0  # the longest wait of an admitted request
+        self.refused_full = 0  # refused at once: the queue was full
+        self.refused_late = 0  # refused after waiting its whole allowance
+
+    @property
+    def queued(self) -> int:
+        """Waiters in the queue now."""
+        return len(self._queue)
+
+    @property
+    def refused(self) -> int:
+        """Refusals so far (queue full, or a wait beyond its allowance)."""
+        return self.refused_full + self.refused_late
+
+    def allowed_wait_s(self) -> float:
+        """How long a request arriving now may wait: `target_s` when the queue has been
+        empty within the last `target_s`, else `saturated_wait_s`."""
+        now = self.clock()
+        if not self._queue:
+            self._last_empty = now
+        return self.target_s if now - self._last_empty <= self.target_s else self.saturated_wait_s
+
+    def try_enter(self) -> bool:
+        """Take a place if one is free and nobody is queued for it (True); never waits and
+        counts no refusal."""
+        if self.holders < self.places and not self._queue:
+            self.holders += 1
+            self.admitted += 1
+            return True
+        return False
+
+    async def enter(self) -> bool:
+        """Take a place, waiting in the queue (on the event loop: no thread) for at most
+        `allowed_wait_s()`. True: admitted (give the place back with `leave`); False:
+        refused (the queue is full, or no place came within the allowance)."""
+        if self.try_enter():
+            return True
+        if len(self._queue) >= self.max_queued:
+            self.refused_full += 1
+            return False
+        loop = asyncio.get_running_loop()
+        allowed_s = self.allowed_wait_s()
+        granted: asyncio.Future[bool] = loop.create_future()
+        self._queue.append(granted)
+        timer = loop.call_later(allowed_s, self._expire, granted)
+        started = self.clock()
+        try:
+            admitted = await asyncio.shield(granted)
+        except asyncio.CancelledError:  # the request was cancelled while it waited
+            timer.cancel()
+            if granted.done() and not granted.cancelled() and granted.result():
+                self.leave()  # a place was handed over just now: pass it on
+            else:
+                granted.cancel()
+                self._forget(granted)
+            raise
+        timer.cancel()
+        if admitted:
+            waited_s = self.clock() - started
+            self.admitted_after_wait += 1
+            self.longest_wait_s = max(self.longest_wait_s, waited_s)
+        else:
+            self.refused_late += 1
+        return admitted
+
+    def leave(self) -> None:
+        """Give a place back: handed to the longest waiter still waiting, if any."""
+        while self._queue:
+            waiter = self._queue.popleft()
+            # A waiter of an event loop that has ended (a test client's) can take nothing.
+            if not waiter.done() and not waiter.get_loop().is_closed():
+                waiter.set_result(True)  # the place passes to it; `holders` is unchanged
+                self.admitted += 1
+                self._note_if_empty()
+                return
+        self.holders -= 1
+        self._note_if_empty()
+
+    def _expire(self, waiter: asyncio.Future[bool]) -> None:
+        if not waiter.done():
+            waiter.set_result(False)
+            self._forget(waiter)
+
+    def _forget(self, waiter: asyncio.Future[bool]) -> None:
+        try:
+            self._queue.remove(waiter)
+        except ValueError:
+            pass
+        self._note_if_empty()
+
+    def _note_if_empty(self) -> None:
+        if not self._queue:
+            self._last_empty = self.clock()
+
+
 @dataclass
 class Admission:
-    """The bounds of each class and the requests in flight (see the module docstring)."""
+    """The places of each class, the ``api`` queue and the requests in flight (see the module
+    docstring). `target_s`, `saturated_wait_s` and `max_queued` configure the ``api`` queue
+    (`Gate`)."""
 
     max_in_flight: int
     max_health: int
     max_waiting: int
     retry_after_s: int
-    in_flight: dict[str, int] = field(default_factory=lambda: {"health": 0, "wait": 0, "api": 0})
-    refused: int = 0
+    target_s: float = 1.0
+    saturated_wait_s: float = 0.5
+    max_queued: int = 1000
+    api: Gate = field(init=False)
+    health_in_flight: int = 0
+    waiting: int = 0  # long-polls under way (``wait`` places taken)
+    refused_other: int = 0  # health checks and long-polls refused
     health_waiting: int = 0
 
-    def _bound(self, kind: RequestClass) -> int:
-        return {"health": self.max_health, "wait": self.max_waiting,
-                "api": self.max_in_flight}[kind]
+    def __post_init__(self) -> None:
+        self.api = Gate(self.max_in_flight, target_s=self.target_s,
+                        saturated_wait_s=self.saturated_wait_s, max_queued=self.max_queued)
 
-    def try_enter(self, kind: RequestClass) -> bool:
-        """Take a place of `kind` if one is free (True), else count a refusal (False).
-        ``static`` always succeeds."""
+    @property
+    def refused(self) -> int:
+        """Requests refused so far, every class."""
+        return self.api.refused + self.refused_other
+
+    async def enter(self, kind: RequestClass) -> RequestClass | None:
+        """Admit a request of `kind`: the class whose place it took (give it back with
+        `leave`), or None when it is refused. ``static`` is always admitted; ``api`` may
+        wait in the queue; a health check may take an ``api`` place (`enter_health`)."""
         if kind == "static":
-            return True
-        if self.in_flight[kind] >= self._bound(kind):
-            self.refused += 1
-            return False
-        self.in_flight[kind] += 1
-        return True
+            return kind
+        if kind == "health":
+            return await self.enter_health()
+        if kind == "wait":
+            if self.waiting >= self.max_waiting:
+                self.refused_other += 1
+                return None
+            self.waiting += 1
+            return kind
+        return kind if await self.api.enter() else None
 
     def leave(self, kind: RequestClass) -> None:
-        """Give back a place taken by `try_enter`."""
-        if kind != "static":
-            self.in_flight[kind] -= 1
+        """Give back a place taken by `enter`."""
+        if kind == "api":
+            self.api.leave()
+        elif kind == "health":
+            self.health_in_flight -= 1
+        elif kind == "wait":
+            self.waiting -= 1
 
     async def enter_health(self) -> RequestClass | None:
-        """Take a place for a health check: a ``health`` one, else a free ``api`` one, waiting
-        up to HEALTH_WAIT_S for either (at most HEALTH_MAX_WAITING checks wait at once). Returns
-        the class taken (give it back with `leave`), or None (a refusal is counted)."""
+        """Take a place for a health check: a ``health`` one, else a free ``api`` one (only
+        when nobody is queued for it), waiting up to HEALTH_WAIT_S for either (at most
+        HEALTH_MAX_WAITING checks wait at once). Returns the class taken (give it back with
+        `leave`), or None (a refusal is counted)."""
         deadline = time.monotonic() + HEALTH_WAIT_S
         waiting = False
         try:
             while True:
-                for kind in ("health", "api"):
-                    if self.in_flight[kind] < self._bound(kind):
-                        self.in_flight[kind] += 1
-                        return kind
+                if self.health_in_flight < self.max_health:
+                    self.health_in_flight += 1
+                    return "health"
+                if self.api.try_enter():
+                    return "api"
                 if time.monotonic() >= deadline or (
                         not waiting and self.health_waiting >= HEALTH_MAX_WAITING):
-                    self.refused += 1
+                    self.refused_other += 1
                     return None
                 if not waiting:
                     waiting = True
@@ -128,19 +306,21 @@ class Admission:
             if waiting:
                 self.health_waiting -= 1
 
-    @contextmanager
-    def read_slot(self) -> Iterator[None]:
-        """An ``api`` place for one short database read of a long-poll.
+    @asynccontextmanager
+    async def read_place(self) -> AsyncIterator[None]:
+        """An ``api`` place for one short database read outside an admitted request (a
+        long-poll's reads and its status query, the token check before a body), queued as
+        any request is.
 
         Raises:
-            Overloaded: every ``api`` place is taken (503, Retry-After).
+            Overloaded: no place came within the queue's allowance (503, Retry-After).
         """
-        if not self.try_enter("api"):
+        if not await self.api.enter():
             raise Overloaded("the server is busy; retry later", retry_after_s=self.retry_after_s)
         try:
             yield
         finally:
-            self.leave("api")
+            self.api.leave()
 
     def overloaded_response(self, headers: dict[str, str] | None = None) -> Any:
         """The 503 answer: code ``overloaded``, ``Retry-After`` (and `headers`)."""
@@ -159,11 +339,7 @@ class AdmissionMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        kind: RequestClass | None = classify(scope)
-        if kind == "health":
-            kind = await self.admission.enter_health()
-        elif not self.admission.try_enter(kind):
-            kind = None
+        kind = await self.admission.enter(classify(scope))
         if kind is None:
             await self.admission.overloaded_response()(scope, receive, send)
             return

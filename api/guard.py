@@ -6,9 +6,10 @@ A pure ASGI middleware, the outermost of the app (api/main.py), so it runs befor
 
 1. under ``/api/``, the token before the body: no ``Authorization: Bearer <token>`` header is
    a 401 ``not_authenticated`` at once; the token is then resolved against the database (one
-   short read in the thread pool, under an ``api`` place of `Admission.read_slot`: 503 when
-   none is free); an unknown token is a 401, before a byte of the body is read (issue 10:
-   4 x 100 MB without a token took the API from 144 MB to 1.36 GB). Pages (``/``,
+   short read in the thread pool, under an ``api`` place of `Admission.read_place`, queued
+   as any request is: 503 when none comes within the queue's target delay; the place is
+   given back before the body is read); an unknown token is a 401, before a byte of the
+   body is read (issue 10: 4 x 100 MB without a token took the API from 144 MB to 1.36 GB). Pages (``/``,
    ``/students/...``) have their own session cookie and CSRF checks (api/pages/security.py);
 2. the body is capped with the cap its route needs, whatever its content type (`body_cap`):
    the upload routes' (``GRADER_MAX_UPLOAD_BYTES`` plus the multipart framing), the roster
@@ -186,7 +187,7 @@ class RequestEdgeMiddleware:
             return _unauthenticated("missing bearer token (Authorization: Bearer <token>)")
         admission: Admission = app.state.admission
         try:
-            with admission.read_slot():
+            async with admission.read_place():
                 valid = await run_in_threadpool(_token_is_valid, app, token)
         except Overloaded:
             return admission.overloaded_response(_CLOSE)

@@ -10,30 +10,45 @@ short session in the thread pool) and wakes those whose status changed. The wait
 its submission once, as an ordinary request does. Between two queries nothing is held: no
 thread, no connection.
 
-A database error in the watcher's query is skipped (the waiters go on waiting until their
-deadline, and their final read answers, or fails as any read does).
+The query takes an ``api`` place (`place`, api/admission.py) like any read, queued as any
+read is; when none comes in time the round is skipped (the waiters wait on). When the query
+finds the database unreachable (`OperationalError`, `InterfaceError`, `DisconnectionError`:
+what the API answers ``database_unavailable`` elsewhere), every waiter learns it at once and
+its long-poll answers 503 ``database_unavailable`` with ``Retry-After`` (issue 38: during an
+outage a long-poll answered only after its full 30 s). Other database errors skip the round.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 
 from sqlalchemy import select
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
+from api.errors import DATABASE_RETRY_AFTER_S
+from submissions.errors import DatabaseUnavailable, Overloaded
 from submissions.models import Grading, SubmissionStatus
+
+logger = logging.getLogger("api.longpoll")
+
+#: Errors that mean the database cannot be reached (api/errors.py answers them 503 too).
+_OUTAGE_ERRORS = (OperationalError, InterfaceError, DisconnectionError)
 
 
 @dataclass
 class _Waiter:
     status: SubmissionStatus
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    outage: bool = False  # set with `changed` when the status query found the database down
 
 
 class StatusWatcher:
@@ -42,11 +57,16 @@ class StatusWatcher:
     Args:
         session_factory: returns the app's current session factory (tests swap it).
         interval_s: seconds between two status queries (``GRADER_LONG_POLL_INTERVAL_S``).
+        place: returns an async context manager holding an admission place for the query
+            (`api.admission.Admission.read_place`; it raises `Overloaded` when none comes in
+            time); None: the query takes none (tests of the watcher alone).
     """
 
-    def __init__(self, session_factory: Callable[[], Callable[[], Session]], interval_s: float) -> None:
+    def __init__(self, session_factory: Callable[[], Callable[[], Session]], interval_s: float,
+                 place: Callable[[], AbstractAsyncContextManager[None]] | None = None) -> None:
         self.session_factory = session_factory
         self.interval_s = interval_s
+        self.place = place or contextlib.nullcontext
         self.queries = 0  # status queries run so far (tests, /metrics-style introspection)
         self._waiters: dict[int, list[_Waiter]] = {}
         self._task: asyncio.Task | None = None
@@ -72,7 +92,14 @@ class StatusWatcher:
             if not ids:
                 break
             try:
-                statuses = await run_in_threadpool(self._statuses, ids)
+                async with self.place():
+                    statuses = await run_in_threadpool(self._statuses, ids)
+            except Overloaded:
+                continue  # no place in time: the next round asks again
+            except _OUTAGE_ERRORS as exc:
+                logger.warning("long-polls ended: the database is unreachable: %s", exc)
+                self._end_all(outage=True)
+                continue
             except SQLAlchemyError:
                 continue
             finally:
@@ -94,8 +121,12 @@ class StatusWatcher:
     def release_all(self) -> None:
         """Shutdown: wake every waiter now and let no new one wait (`closing`)."""
         self.closing = True
+        self._end_all(outage=False)
+
+    def _end_all(self, *, outage: bool) -> None:
         for waiters in self._waiters.values():
             for waiter in waiters:
+                waiter.outage = waiter.outage or outage
                 waiter.changed.set()
 
     async def wait_for_change(self, request: Request, submission_id: int, status: SubmissionStatus,
@@ -106,6 +137,10 @@ class StatusWatcher:
         Returns:
             True when the status changed (as of the last query), else False. After
             `release_all` (shutdown) it returns at once; the caller checks `closing`.
+
+        Raises:
+            DatabaseUnavailable: the status query found the database unreachable (at once,
+                not at the end of the wait).
         """
         if self.closing:
             return False
@@ -122,6 +157,9 @@ class StatusWatcher:
                     await asyncio.wait_for(waiter.changed.wait(), timeout=min(self.interval_s, remaining))
                 except TimeoutError:
                     continue
+            if waiter.outage:
+                raise DatabaseUnavailable("the database is unavailable; retry later",
+                                          retry_after_s=DATABASE_RETRY_AFTER_S)
             return waiter.changed.is_set()
         finally:
             waiters = self._waiters.get(submission_id, [])

@@ -6,7 +6,8 @@ swap ``app.state.session_factory`` (the middleware and the long-poll use it) and
 
 The request path (docs/reliability.md, "Request path"): anyio's thread limiter and the
 engine's pool both have ``settings.api_threads`` places; `api.admission` admits at most
-``api_max_in_flight`` requests that need them (503 + Retry-After beyond); `api.guard`, in
+``api_max_in_flight`` requests that need them, queues the others on the event loop up to a
+target delay (503 + Retry-After beyond it or when the queue is full); `api.guard`, in
 front of admission, checks the token before any body is read, caps every body and reads it
 within a deadline. `begin_shutdown` (called by `grader serve` on SIGTERM) ends the
 long-polls and body reads under way, so that a restart closes the port for seconds.
@@ -81,8 +82,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.session_factory = create_session_factory(engine)
     app.state.admission = Admission(
         max_in_flight=settings.api_max_in_flight, max_health=settings.api_health_reserve,
-        max_waiting=settings.api_max_waiting, retry_after_s=settings.api_retry_after_s)
-    app.state.status_watcher = StatusWatcher(lambda: app.state.session_factory, settings.long_poll_interval_s)
+        max_waiting=settings.api_max_waiting, retry_after_s=settings.api_retry_after_s,
+        target_s=settings.api_queue_target_s,
+        saturated_wait_s=settings.api_queue_saturated_wait_s,
+        max_queued=settings.api_max_queued)
+    # The watcher's one status query per interval takes an `api` place like any read, so the
+    # places still bound the threads and connections in use (api/admission.py).
+    app.state.status_watcher = StatusWatcher(lambda: app.state.session_factory,
+                                             settings.long_poll_interval_s,
+                                             place=lambda: app.state.admission.read_place())
     app.state.body_reads = BodyReads()
     install_error_handlers(app)
     # The last added runs first: the edge (token, body cap and deadline), then admission.

@@ -2,7 +2,9 @@
 
 Because workers run in other processes (and on other hosts), in-process counters would
 see only a fraction of the gradings; the database sees them all. Every scrape runs a few
-aggregate queries (submissions/repository.py).
+aggregate queries (submissions/repository.py). The one exception is this API process's
+admission (api/admission.py: places held, the queue, refusals), which only it knows: those
+series are per process (``grader_api_...``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 from sqlalchemy.orm import Session
 
+from api.admission import Admission
 from submissions import repository
 from submissions.models import SubmissionStatus, utc_now
 
@@ -98,9 +101,49 @@ class SubmissionsCollector(Collector):
         yield fleet_max
 
 
-def build_registry(session: Session, *, worker_stale_after_s: float) -> CollectorRegistry:
+class AdmissionCollector(Collector):
+    """This API process's admission: requests holding a place and queued for one, long-polls
+    waiting, requests admitted after a wait and the longest such wait, refusals by reason.
+    Read from a worker thread while the event loop changes them: a snapshot, each number
+    exact, the numbers not taken at one instant."""
+
+    def __init__(self, admission: Admission) -> None:
+        self.admission = admission
+
+    def collect(self) -> Iterator[Metric]:
+        admission, gate = self.admission, self.admission.api
+        yield GaugeMetricFamily("grader_api_requests_in_flight",
+                                "Requests holding an admission place (this API process)",
+                                value=gate.holders)
+        yield GaugeMetricFamily("grader_api_requests_queued",
+                                "Requests waiting for an admission place (this API process)",
+                                value=gate.queued)
+        yield GaugeMetricFamily("grader_api_long_polls_waiting",
+                                "Long-polls waiting for a change (this API process)",
+                                value=admission.waiting)
+        yield CounterMetricFamily("grader_api_requests_admitted_after_wait",
+                                  "Requests admitted after waiting in the queue",
+                                  value=gate.admitted_after_wait)
+        yield GaugeMetricFamily("grader_api_queue_longest_wait_seconds",
+                                "The longest wait of a request admitted from the queue",
+                                value=gate.longest_wait_s)
+        refused = CounterMetricFamily(
+            "grader_api_requests_refused", "Requests answered 503 overloaded, by reason: the "
+            "queue was full, the wait exceeded its allowance, or a health check or long-poll "
+            "found its own bound reached", labels=["reason"])
+        refused.add_metric(["queue_full"], gate.refused_full)
+        refused.add_metric(["waited_too_long"], gate.refused_late)
+        refused.add_metric(["health_or_long_poll"], admission.refused_other)
+        yield refused
+
+
+def build_registry(session: Session, *, worker_stale_after_s: float,
+                   admission: Admission | None = None) -> CollectorRegistry:
     """A registry for one scrape, reading through the request's session (no global state,
-    so several apps can live in one test process)."""
+    so several apps can live in one test process), with this process's `admission` when
+    given."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SubmissionsCollector(session, worker_stale_after_s=worker_stale_after_s))
+    if admission is not None:
+        registry.register(AdmissionCollector(admission))
     return registry

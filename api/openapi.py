@@ -43,7 +43,8 @@ _DESCRIPTIONS = {
            "whatever its content type), or upload_too_large (uploads, rosters)",
     "422": "validation_error (a parameter, header or body field malformed or out of range; "
            "`errors` lists them) or a course rule named by its code",
-    "503": "overloaded (every request slot taken), database_unavailable, or shutting_down "
+    "503": "overloaded (no request place came within the queue's target delay, or the "
+           "queue is full), database_unavailable, or shutting_down "
            "(a restart): retry after Retry-After seconds; nothing was done",
 }
 _BODY_METHODS = {"post", "put", "patch", "delete"}

@@ -335,6 +335,19 @@ class Overloaded(DomainError):
         self.retry_after_s = retry_after_s
 
 
+class DatabaseUnavailable(DomainError):
+    """The database could not be reached (a long-poll learns it from the status query that
+    all the waiters share: api/longpoll.py): retry after `retry_after_s` seconds (sent as
+    ``Retry-After``). The same code as the 503 of a failed query in any route."""
+
+    code = "database_unavailable"
+    http_status = 503
+
+    def __init__(self, message: str, *, retry_after_s: int, **details: Any) -> None:
+        super().__init__(message, retry_after_s=retry_after_s, **details)
+        self.retry_after_s = retry_after_s
+
+
 class BodyTooLarge(DomainError):
     """A JSON (or other non-upload) request body exceeds ``max_json_body_bytes``
     (`details`: `max_bytes`)."""

@@ -91,7 +91,9 @@ class Settings(BaseSettings):
     # connections are sized together: the pool has one connection per thread, and at most
     # ``api_threads - api_health_reserve`` requests that need a thread are admitted at once
     # (api/admission.py), so a request that holds a connection never waits for a thread
-    # held by a request waiting for a connection. Beyond that: 503 + Retry-After at once.
+    # held by a request waiting for a connection. Beyond that a request waits in a bounded
+    # queue, on the event loop (no thread, no connection), for up to a target delay; 503 +
+    # Retry-After only beyond it (docs/reliability.md, "Admission by queueing delay").
     api_threads: int = Field(24, ge=4, le=512, description="worker threads of the API process "
                              "(anyio's limiter) and database connections of its pool")
     api_health_reserve: int = Field(2, ge=1, description="threads kept for /healthz and "
@@ -99,6 +101,16 @@ class Settings(BaseSettings):
     api_max_waiting: int = Field(2000, ge=0, description="long-polls (GET ...?wait=) waiting "
                                  "at once; they hold no thread or connection while waiting")
     api_retry_after_s: int = Field(1, ge=1, description="Retry-After of an `overloaded` 503")
+    api_queue_target_s: float = Field(1.0, gt=0, le=60, description="longest wait (seconds) "
+                                      "of a request for a place while the queue has drained "
+                                      "within this long (a burst); beyond it 503 overloaded")
+    api_queue_saturated_wait_s: float = Field(0.5, gt=0, le=60, description="longest wait "
+                                              "(seconds) for a place once the queue has stayed "
+                                              "non-empty for longer than api_queue_target_s "
+                                              "(saturation: shed new requests fast); at most "
+                                              "api_queue_target_s")
+    api_max_queued: int = Field(1000, ge=0, description="requests waiting for a place at once; "
+                                "beyond, 503 overloaded at once (0: no queue)")
     long_poll_interval_s: float = Field(0.25, gt=0, description="how often a long-poll rereads "
                                         "the submission's status")
     db_pool_timeout_s: float = Field(5.0, gt=0, description="longest wait for a pooled "

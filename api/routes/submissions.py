@@ -193,18 +193,21 @@ async def read_submission(
 
     if wait == 0:  # admitted as an ordinary request: it holds an `api` place already
         return await run_in_threadpool(read)
-    with admission.read_slot():  # Overloaded (503) when no place is free
+    # A long-poll holds a `wait` place, never an `api` one: each read queues for its own
+    # (Overloaded, 503, only when none comes within the queue's target delay).
+    async with admission.read_place():
         first = await run_in_threadpool(read)
     if first.status in TERMINAL:
         return first
     # One status query per interval for every waiter of this process (api/longpoll.py), then
-    # one read of this submission, as an ordinary request makes.
+    # one read of this submission, as an ordinary request makes. DatabaseUnavailable (503)
+    # as soon as that query finds the database unreachable.
     watcher: StatusWatcher = state.status_watcher
     await watcher.wait_for_change(request, submission_id, first.status, timeout_s=wait)
     if watcher.closing:
         return first  # shutting down: answer now, the client polls the next process
     try:
-        with admission.read_slot():
+        async with admission.read_place():
             return await run_in_threadpool(read)
     except Overloaded:
         return first  # saturated: the status as first read; the client polls again

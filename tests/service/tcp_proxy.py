@@ -1,5 +1,7 @@
 """A TCP proxy that can be cut and restored: a database outage without stopping the shared
-PostgreSQL server. Used by the worker tests and by scripts/load_stack.py.
+PostgreSQL server; and slowed: `delay_s` holds every chunk it forwards, each way, that long
+(a slow database or network: every query's round trip then takes at least twice that). Used
+by the worker tests, the admission tests and scripts/load_stack.py, scripts/admission_load.py.
 
 `cut()` closes the listening socket (new connections are refused, as by a stopped server)
 and aborts every open connection (clients see the server close them); `restore()` listens
@@ -38,6 +40,9 @@ class CuttableProxy:
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self.connections_total = 0
+        #: Seconds each forwarded chunk is held before it is written (0: none). Set it from any
+        #: thread; it applies to the chunks forwarded from then on.
+        self.delay_s = 0.0
 
     # ----------------------------------------------------------------- public, thread-safe
 
@@ -125,10 +130,11 @@ class CuttableProxy:
                 self._writers.discard(writer)
                 writer.transport.abort()
 
-    @staticmethod
-    async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while data := await reader.read(65536):
+                if self.delay_s > 0:
+                    await asyncio.sleep(self.delay_s)
                 writer.write(data)
                 await writer.drain()
         except (ConnectionError, OSError):

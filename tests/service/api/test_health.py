@@ -40,6 +40,26 @@ def test_metrics_expose_queue_depth_verdicts_and_durations(client, db_session) -
     assert 'grader_submissions{status="queued"} 1.0' in text
 
 
+def test_metrics_expose_this_processs_admission(app_factory, settings) -> None:
+    """The admission's places, queue and refusals (api/admission.py) are series of /metrics,
+    which has places of its own and so answers while every request place is taken."""
+    from ..helpers import instructor_headers
+
+    with app_factory(settings.model_copy(update={"api_max_queued": 0})) as api:
+        gate = api.app.state.admission.api
+        api.portal.call(lambda: setattr(gate, "holders", gate.places))  # every place taken
+        try:
+            assert api.get("/api/v1/me", headers=instructor_headers()).status_code == 503
+            text = api.get("/metrics").text
+        finally:
+            api.portal.call(lambda: setattr(gate, "holders", 0))
+    assert f"grader_api_requests_in_flight {float(gate.places)}" in text
+    assert "grader_api_requests_queued 0.0" in text
+    assert 'grader_api_requests_refused_total{reason="queue_full"} 1.0' in text
+    assert 'grader_api_requests_refused_total{reason="waited_too_long"} 0.0' in text
+    assert "grader_api_requests_admitted_after_wait_total 0.0" in text
+
+
 def test_unreachable_database_is_503_with_a_stable_code() -> None:
     from fastapi.testclient import TestClient
 
@@ -51,9 +71,13 @@ def test_unreachable_database_is_503_with_a_stable_code() -> None:
     with TestClient(app) as client:
         response = client.get("/healthz")
         assert response.status_code == 503 and response.json()["database"] == "unreachable"
+        assert response.headers["retry-after"] == "5"  # every 503 carries it (issue 38)
+        response = client.get("/metrics")
+        assert response.status_code == 503 and response.headers["retry-after"] == "5"
         response = client.get("/api/v1/submissions", headers=bearer("some-token"))
         assert response.status_code == 503
         assert response.json()["error"]["code"] == "database_unavailable"
+        assert response.headers["retry-after"] == "5"
 
 
 def test_a_sigkilled_worker_is_dead_on_healthz_within_3_heartbeats(committed_db, tmp_path) -> None:

@@ -412,17 +412,60 @@ def test_an_unreachable_database_is_503_with_retry_after_never_500() -> None:
             assert response.headers["retry-after"].isdigit()
 
 
-def test_requests_over_the_admission_bound_are_refused_at_once(client) -> None:
-    admission = client.app.state.admission
-    admission.in_flight["api"] = admission.max_in_flight  # as if every place were taken
-    try:
-        response = client.get("/api/v1/me", headers=instructor_headers())
-        assert response.status_code == 503
-        assert response.json()["error"]["code"] == "overloaded"
-        assert response.headers["retry-after"] == "1"
-        health = client.get("/healthz")  # bounded apart
-        assert health.status_code == 200
-        assert client.get("/static/pages.css").status_code == 200  # never counted
-    finally:
-        admission.in_flight["api"] = 0
-    assert client.get("/api/v1/me", headers=instructor_headers()).status_code == 200
+def test_a_request_over_the_admission_bound_waits_for_a_place_and_gets_it(app_factory, settings) -> None:
+    """Issue 38: a request that finds every place taken waits in the queue (on the event
+    loop, no thread) and is answered as soon as a place frees, not refused at once."""
+    with app_factory(settings.model_copy(update={"api_queue_target_s": 5.0})) as api:
+        gate = api.app.state.admission.api
+        api.portal.call(lambda: setattr(gate, "holders", gate.places))  # every place taken
+        answers: list[Any] = []
+        started = time.monotonic()
+        reader = threading.Thread(target=lambda: answers.append(
+            api.get("/api/v1/me", headers=instructor_headers())))
+        reader.start()
+        wait_until(lambda: api.portal.call(lambda: gate.queued) == 1, timeout=5,
+                   message="the request queued")
+        time.sleep(0.3)
+        assert answers == []  # still waiting, not refused
+        api.portal.call(gate.leave)  # a place frees: handed to the waiting request
+        reader.join(10)
+        assert answers[0].status_code == 200, answers[0].text
+        assert 0.3 <= time.monotonic() - started < 5
+        assert gate.refused == 0 and gate.admitted_after_wait == 1
+        api.portal.call(lambda: setattr(gate, "holders", 0))
+
+
+def test_a_request_is_refused_only_after_the_queue_target(app_factory, settings) -> None:
+    """Beyond the target delay with no place free: 503 overloaded + Retry-After, no sooner
+    than the target and not much later; health checks and static files are bounded apart."""
+    with app_factory(settings.model_copy(update={"api_queue_target_s": 0.5})) as api:
+        gate = api.app.state.admission.api
+        api.portal.call(lambda: setattr(gate, "holders", gate.places))  # as if every place were taken
+        try:
+            started = time.monotonic()
+            response = api.get("/api/v1/me", headers=instructor_headers())
+            waited = time.monotonic() - started
+            assert response.status_code == 503
+            assert response.json()["error"]["code"] == "overloaded"
+            assert response.headers["retry-after"] == "1"
+            assert 0.5 <= waited < 3.0, waited  # generous: a loaded 2-core machine
+            assert gate.refused_late == 1
+            health = api.get("/healthz")  # bounded apart
+            assert health.status_code == 200
+            assert api.get("/static/pages.css").status_code == 200  # never counted
+        finally:
+            api.portal.call(lambda: setattr(gate, "holders", 0))
+        assert api.get("/api/v1/me", headers=instructor_headers()).status_code == 200
+
+
+def test_a_full_queue_is_refused_at_once(app_factory, settings) -> None:
+    with app_factory(settings.model_copy(update={"api_max_queued": 0})) as api:
+        gate = api.app.state.admission.api
+        api.portal.call(lambda: setattr(gate, "holders", gate.places))
+        try:
+            started = time.monotonic()
+            response = api.get("/api/v1/me", headers=instructor_headers())
+            assert response.status_code == 503 and response.headers["retry-after"] == "1"
+            assert time.monotonic() - started < 0.5 and gate.refused_full == 1
+        finally:
+            api.portal.call(lambda: setattr(gate, "holders", 0))
