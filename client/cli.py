@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from api.schemas import TERMINAL, AssignmentList, SubmissionCreated, SubmissionList, SubmissionRead
@@ -61,7 +62,7 @@ def _client(args: argparse.Namespace, console: Console) -> ServiceClient | None:
 def print_api_error(console: Console, error: ApiError) -> None:
     """One red line: ``refused (422 source_syntax_error): ...``."""
     label = "error" if error.status == 0 else f"refused ({error.status} {error.code})"
-    console.print(f"[red]{label}: {error.message}[/red]", highlight=False)
+    console.print(f"[red]{escape(label)}: {escape(error.message)}[/red]", highlight=False)
 
 
 def _utc(moment: dt.datetime | None) -> str:
@@ -77,8 +78,8 @@ def render_submission(console: Console, submission: SubmissionRead, server: str 
     """The summary and per-check table (grader/report.py, as `grader check` prints them; with
     `server`, the first check to fix links to its row of the service's /checks page), then
     what the service adds: score, lateness, disqualification."""
-    console.print(f"submission [bold]{submission.id}[/bold] ({submission.assignment}, "
-                  f"{submission.filename or 'no file name'}, uploaded "
+    console.print(f"submission [bold]{submission.id}[/bold] ({escape(submission.assignment)}, "
+                  f"{escape(submission.filename or 'no file name')}, uploaded "
                   f"{_utc(submission.created_at)}): [bold]{submission.status}[/bold]")
     document = submission.result_document()
     if document is None:
@@ -90,10 +91,10 @@ def render_submission(console: Console, submission: SubmissionRead, server: str 
         except ValidationError:  # a server newer or older than this client: show the basics
             for check in submission.checks:
                 mark = "-" if check.skipped else ("✓" if check.passed else "✗")
-                console.print(f"{mark} {check.name}: {check.message or ''}", highlight=False)
+                console.print(f"{mark} {check.name}: {check.message or ''}", markup=False, highlight=False)
             if submission.error is not None:
                 console.print(f"error ({submission.error.kind}): {submission.error.message}",
-                              highlight=False)
+                              markup=False, highlight=False)
     if submission.score is not None:
         score = submission.score
         console.print(f"score: [bold]{score.text}[/bold] (correctness "
@@ -104,7 +105,7 @@ def render_submission(console: Console, submission: SubmissionRead, server: str 
                       "never ranked, graded 0[/yellow]")
     if submission.disqualification is not None:
         console.print(f"[red]disqualified on {_utc(submission.disqualification.at)}: "
-                      f"{submission.disqualification.reason}[/red]", highlight=False)
+                      f"{escape(submission.disqualification.reason)}[/red]", highlight=False)
 
 
 def _exit_code(status: str) -> int:
@@ -183,15 +184,15 @@ def submit(argv: list[str]) -> int:
     try:
         content = args.file.read_bytes()
     except OSError as exc:
-        errors.print(f"[red]cannot read {args.file}: {exc}[/red]")
+        errors.print(f"[red]cannot read {escape(str(args.file))}: {escape(str(exc))}[/red]")
         return EXIT_ERROR
     # Never spend a submission on a file meant for another assignment.
     assignment, note = resolve_assignment(args.assignment, content.decode("utf-8", "replace"))
     if assignment is None:
-        errors.print(f"[red]{args.file.name}: {note}; nothing was uploaded[/red]", highlight=False)
+        errors.print(f"[red]{escape(args.file.name)}: {escape(note)}; nothing was uploaded[/red]", highlight=False)
         return EXIT_ERROR
     if note:
-        console.print(f"[dim]{note}[/dim]", highlight=False)
+        console.print(f"[dim]{escape(note)}[/dim]", highlight=False)
     args.assignment = assignment
     client = _client(args, errors)
     if client is None:

@@ -44,7 +44,9 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from api.schemas import (
     AssignmentList,
@@ -68,6 +70,12 @@ from client.http import (
 
 EXIT_OK, EXIT_ERROR = 0, 2
 
+
+
+def _add_data_row(table: Table, *cells: object) -> None:
+    """Add a row whose cells are data, never Rich markup (names, reasons and messages come
+    from people and submissions: ``[/]`` in one would raise MarkupError)."""
+    table.add_row(*(cell if isinstance(cell, Text) else Text(str(cell)) for cell in cells))
 
 def _moment(text: str) -> str | None:
     if text.lower() in {"none", "null", ""}:
@@ -315,7 +323,7 @@ def _add_student(client: ServiceClient, args: argparse.Namespace, console: Conso
                           json={"name": args.name, "email": args.email,
                                 "external_id": args.external_id}).json()
     console.print(data["token"], highlight=False)
-    console.print(f"[dim]student {data['id']} ({data['name']}) created; give them the token "
+    console.print(f"[dim]student {data['id']} ({escape(data['name'])}) created; give them the token "
                   "above (it is not stored)[/dim]")
     return data
 
@@ -324,7 +332,7 @@ def _add_staff(client: ServiceClient, args: argparse.Namespace, console: Console
     data = client.request("POST", "/api/v1/staff", expect=(201,),
                           json={"name": args.name, "role": args.role}).json()
     console.print(data["token"], highlight=False)
-    console.print(f"[dim]{data['role']} {data['id']} ({data['name']}) created; the token "
+    console.print(f"[dim]{data['role']} {data['id']} ({escape(data['name'])}) created; the token "
                   "above is shown once[/dim]")
     return data
 
@@ -334,7 +342,7 @@ def _rotate(client: ServiceClient, args: argparse.Namespace, console: Console) -
     issued = TokenIssued.model_validate(
         client.request("POST", f"/api/v1/{path}/{args.id}/token").json())
     console.print(issued.token, highlight=False)
-    console.print(f"[dim]{issued.kind} {issued.id} ({issued.name}): new token above; the old "
+    console.print(f"[dim]{issued.kind} {issued.id} ({escape(issued.name)}): new token above; the old "
                   "one no longer works[/dim]")
     return issued.model_dump()
 
@@ -349,7 +357,7 @@ def _print_regrade(console: Console, regrade: RegradeRead) -> None:
         table.add_column(column)
     for row in regrade.rows:
         before, after = row.before, row.after
-        table.add_row(
+        _add_data_row(table,
             str(row.submission_id), row.student_name,
             before.status if before else "-", after.status + (" *" if row.verdict_changed else ""),
             before.score.text if before and before.score else "-",
@@ -383,7 +391,7 @@ def _regrade_verb(verb: str):  # noqa: ANN202
 def _disqualify(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
     data = client.request("POST", f"/api/v1/submissions/{args.submission}/disqualify",
                           json={"reason": args.reason}).json()
-    console.print(f"submission {args.submission} disqualified: {args.reason}", highlight=False)
+    console.print(f"submission {args.submission} disqualified: {args.reason}", markup=False, highlight=False)
     return data
 
 
@@ -402,12 +410,12 @@ def _final_run(client: ServiceClient, args: argparse.Namespace, console: Console
         data = client.get_json(f"/api/v1/assignments/{args.name}/final-run")
     run = FinalRunRead.model_validate(data)
     console.print(f"final run {run.id} of {run.assignment} (started {_utc(run.created_at)} by "
-                  f"{run.created_by}): {run.students} student(s), {run.pending} pending")
+                  f"{run.created_by}): {run.students} student(s), {run.pending} pending", markup=False)
     table = Table()
     for column in ("student", "submission", "status", "speedup", "reason"):
         table.add_column(column)
     for row in run.rows:
-        table.add_row(row.student_name, str(row.submission_id), row.status,
+        _add_data_row(table, row.student_name, str(row.submission_id), row.status,
                       "" if row.headline_speedup is None else f"{row.headline_speedup:.4g}",
                       row.reason or "")
     console.print(table)
@@ -421,7 +429,7 @@ def _leaderboard(client: ServiceClient, args: argparse.Namespace, console: Conso
     for column in ("rank", "student", "submission", "speedup", "score", "reason"):
         table.add_column(column)
     for row in board.rows:
-        table.add_row(str(row.rank or "-"), row.student_name or "", str(row.submission_id or ""),
+        _add_data_row(table, str(row.rank or "-"), row.student_name or "", str(row.submission_id or ""),
                       "" if row.headline_speedup is None else f"{row.headline_speedup:.4g}",
                       "" if row.score is None else row.score.text, row.reason or "")
     console.print(table)
@@ -467,7 +475,7 @@ def _print_extensions(console: Console, title: str, rows: list[ExtensionRead]) -
         table.add_column(column, overflow="fold")
     for e in rows:
         terms = f"until {_utc(e.due_at)}" if e.due_at else f"+{e.extra_days:g} days"
-        table.add_row(f"{e.student_name} ({e.student_id})", _utc(e.due_in_force), terms,
+        _add_data_row(table, f"{e.student_name} ({e.student_id})", _utc(e.due_in_force), terms,
                       e.reason, e.granted_by)
     console.print(table)
 
@@ -478,7 +486,7 @@ def _extend(client: ServiceClient, args: argparse.Namespace, console: Console) -
                           f"{args.student_id}", json=body).json()
     extension = ExtensionRead.model_validate(data)
     console.print(f"{extension.student_name} ({extension.student_id}) is now due "
-                  f"{_utc(extension.due_in_force)} for {args.name}", highlight=False)
+                  f"{_utc(extension.due_in_force)} for {args.name}", markup=False, highlight=False)
     return data
 
 
@@ -487,7 +495,7 @@ def _revoke_extension(client: ServiceClient, args: argparse.Namespace,
     client.request("DELETE", f"/api/v1/assignments/{args.name}/extensions/{args.student_id}",
                    expect=(204,))
     console.print(f"extension of student {args.student_id} for {args.name} revoked; the "
-                  "class-wide due date applies", highlight=False)
+                  "class-wide due date applies", markup=False, highlight=False)
     return None
 
 
@@ -514,7 +522,7 @@ def _audit(client: ServiceClient, args: argparse.Namespace, console: Console) ->
     for column in ("when", "who", "action", "target", "details"):
         table.add_column(column, overflow="fold")
     for event in AuditLog.model_validate(data).events:
-        table.add_row(_utc(event.created_at), f"{event.actor_name} ({event.actor_kind})",
+        _add_data_row(table, _utc(event.created_at), f"{event.actor_name} ({event.actor_kind})",
                       event.action, f"{event.target_type or ''} {event.target_id or ''}",
                       json.dumps(event.details) if event.details else "")
     console.print(table)

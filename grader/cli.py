@@ -119,6 +119,8 @@ def _infrastructure_error(args: argparse.Namespace, reason: str) -> int:
 def _grade_one(args: argparse.Namespace, console, settings, prestarted) -> int:
     """``grader check`` once the settings are read (and, with ``--job-on-stdin``, the check
     child started ahead): the job, the grading, the output; returns the exit code."""
+    from rich.markup import escape
+
     from grader.report import render_result
     from grader.runner import InfrastructureError, grade_file
 
@@ -130,7 +132,7 @@ def _grade_one(args: argparse.Namespace, console, settings, prestarted) -> int:
         if not isinstance(job, GradeJob):
             if job is None:
                 return ExitCode.PASSED  # the worker closed stdin without a job: nothing to grade
-            console.print(f"[red]infrastructure error[/]: no job read from stdin: {type(job).__name__}: {job}")
+            console.print(f"[red]infrastructure error[/]: no job read from stdin: {type(job).__name__}: {escape(str(job))}")
             return ExitCode.INFRASTRUCTURE
         args.path, args.seed, args.assignment = job.source, job.seed, job.assignment
     if args.path is None:
@@ -138,7 +140,7 @@ def _grade_one(args: argparse.Namespace, console, settings, prestarted) -> int:
         return ExitCode.INFRASTRUCTURE
     path = Path(args.path)
     if not path.is_file():
-        console.print(f"[red]no such file: {path}[/]")
+        console.print(f"[red]no such file: {escape(str(path))}[/]")
         return ExitCode.INFRASTRUCTURE
     if args.exec_argv is not None:  # a process of its own (not main() called in another program)
         from grader.parent_limits import apply_parent_limits
@@ -154,10 +156,10 @@ def _grade_one(args: argparse.Namespace, console, settings, prestarted) -> int:
             _write_json(ResultDocument(
                 assignment=args.assignment or DEFAULT_ASSIGNMENT, verdict=Verdict.ERROR, seed=args.seed,
                 error=GradingError(kind=ErrorKind.MISSING_FUNCTION, message=note)), args.json)
-            console.print(f"[red]{path.name}: {note}[/]", highlight=False)
+            console.print(f"[red]{escape(path.name)}: {escape(note)}[/]", highlight=False)
             return ExitCode.SUBMISSION_ERROR
         if note and not args.quiet:
-            console.print(f"[dim]{note}[/]", highlight=False)
+            console.print(f"[dim]{escape(note)}[/]", highlight=False)
         args.assignment = assignment
     stage_file = os.environ.get(STAGE_FILE_VARIABLE)
     try:
@@ -169,10 +171,16 @@ def _grade_one(args: argparse.Namespace, console, settings, prestarted) -> int:
         document = ResultDocument(assignment=args.assignment, verdict=Verdict.ERROR, seed=args.seed,
                                   error=GradingError(kind=ErrorKind.INFRASTRUCTURE, message=reason))
         _write_json(document, args.json)
-        console.print(f"[red]infrastructure error[/]: {reason}")
+        console.print(f"[red]infrastructure error[/]: {escape(reason)}")
         return ExitCode.INFRASTRUCTURE
     _write_json(document, args.json)
-    render_result(document, console, source_name=path.name, quiet=args.quiet)
+    try:
+        render_result(document, console, source_name=path.name, quiet=args.quiet)
+    except Exception as exc:  # noqa: BLE001 - the table is for people; the verdict is the document
+        # Whatever the human rendering meets in the submission's text, the result document
+        # is written and its exit code stands (the worker reads only those two).
+        print(f"grader: the report could not be rendered ({type(exc).__name__}); the JSON result "
+              "document is complete", file=sys.stderr)
     return document.exit_code
 
 

@@ -380,9 +380,9 @@ HINT_MARK = " Hint: "
 def summarize(document: ResultDocument) -> ReportSummary:
     """The summary of `document` (ReportSummary): one derivation for every place a report
     is shown. Reads the first failed check's ``details["failure"]`` and ``details["hint"]``
-    (grader/evaluate.py writes them); a check without them gives its message, split at its
-    ``Hint:``. A passed grading with a benchmark names the rows furthest from their floor
-    (grader.speed.furthest_from_floor)."""
+    (grader/evaluate.py writes them); a check without a structured hint has none (its message
+    is never split for one: it may hold the submission's own text). A passed grading with a
+    benchmark names the rows furthest from their floor (grader.speed.furthest_from_floor)."""
     checks = document.checks
     passed = sum(1 for c in checks if c.passed)
     not_run = sum(1 for c in checks if c.skipped)
@@ -391,10 +391,14 @@ def summarize(document: ResultDocument) -> ReportSummary:
     fields: dict[str, Any] = {"verdict": document.verdict, "passed": passed, "total": len(checks),
                               "not_run": not_run}
     if first is not None:
-        problem, _, hint = first.message.partition(HINT_MARK)
-        hint = first.details.get("hint") if isinstance(first.details.get("hint"), str) else hint
+        # The hint only from the grader's structured field: the message may hold the
+        # submission's own text (an exception's message), so it is never split for one.
+        hint = first.details.get("hint") if isinstance(first.details.get("hint"), str) else ""
+        problem = first.message
         if hint and problem.endswith(hint):  # a diagnosis is part of the sentence it ends
             problem = problem[: -len(hint)].rstrip()
+        if hint and problem.endswith(HINT_MARK.strip()):
+            problem = problem[: -len(HINT_MARK.strip())].rstrip()
         failure = first.details.get("failure")
         if isinstance(failure, dict):
             index = failure.get("index")

@@ -56,7 +56,8 @@ def call_outputs(check: PlannedCheck, call: PlannedCall, evidence: CheckEvidence
                 break
             outs.append(out)
     if problem is not None:
-        return None, CheckOutcome(name=check.name, passed=False, message=f"{problem}. Hint: {hint}")
+        return None, CheckOutcome(name=check.name, passed=False, message=f"{problem}. Hint: {hint}",
+                                  details={"hint": hint})
     return outs, None
 
 
@@ -260,11 +261,22 @@ def tolerance_fields(tolerance: Tolerance, bound: str | None = None) -> dict:
             "details": {"tolerances": [{"bound": bound, "why": tolerance.why}]}}
 
 
-def point_failure(fields: dict, label: str, index: list[int], got: float, expected: float, allowed: float) -> dict:
+def hinted(details: dict | None, hint_text: str) -> dict:
+    """`details` with ``hint``: `hint_text` as ``hint_for`` returns it (`` Hint: ...`` or ""),
+    its mark removed. The one structured place a hint is read from (grader.contract.summarize,
+    the class analytics), since a message may also hold the submission's own text."""
+    hint = hint_text.strip().removeprefix("Hint:").strip()
+    return {**(details or {}), "hint": hint} if hint else dict(details or {})
+
+
+def point_failure(fields: dict, label: str, index: list[int], got: float, expected: float, allowed: float,
+                  *, hint: str | None = None) -> dict:
     """`fields` (``tolerance_fields``) with ``details.failure`` for one failing element (as
-    ``_failure_details`` writes it for a whole output)."""
+    ``_failure_details`` writes it for a whole output), and ``details.hint`` when given."""
     details = {**fields.get("details", {}), "failure": {
         "input": label, "elements": 1, "index": index, "got": got, "expected": expected, "allowed": allowed}}
+    if hint:
+        details["hint"] = hint
     return {**fields, "details": details}
 
 
@@ -333,8 +345,9 @@ def evaluate_output_contract(check: PlannedCheck, evidence: CheckEvidence, *, hi
                 kinds.add("input")
                 break
     if problems:
-        return CheckOutcome(name=check.name, passed=False,
-                            message="; ".join(problems[:3]) + f". Hint: {_contract_hint(kinds, hint)}")
+        contract_hint = _contract_hint(kinds, hint)
+        return CheckOutcome(name=check.name, passed=False, details={"hint": contract_hint},
+                            message="; ".join(problems[:3]) + f". Hint: {contract_hint}")
     return CheckOutcome(name=check.name, passed=True,
                         message=f"{len(check.calls)} calls: fresh contiguous output of the right shape, dtype and "
                                 "device; inputs untouched")
@@ -371,7 +384,8 @@ def evaluate_raises(check: PlannedCheck, evidence: CheckEvidence, *, hint: str) 
             missing.append(f"{call.label}: did not raise")
     details = {"raised": len(raised), "calls": len(check.calls)}
     if missing:
-        return CheckOutcome(name=check.name, passed=False, message="; ".join(missing) + f". Hint: {hint}", details=details)
+        return CheckOutcome(name=check.name, passed=False, message="; ".join(missing) + f". Hint: {hint}",
+                            details={**details, "hint": hint})
     return CheckOutcome(name=check.name, passed=True, message="raised: " + "; ".join(raised), details=details)
 
 
@@ -467,7 +481,7 @@ def evaluate_triton_kernel(check: PlannedCheck, evidence: CheckEvidence, *, reco
     if problems:
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
         hint = REPLAY_HINTS.get(next(iter(kinds)), hint) if len(kinds) == 1 else hint
-        return CheckOutcome(name=check.name, passed=False, details=details,
+        return CheckOutcome(name=check.name, passed=False, details={**details, "hint": hint},
                             message=f"{problems[0].rstrip('.')}{more}. Hint: {hint}")
     return CheckOutcome(name=check.name, passed=True, details=details,
                         message=f"{checked} calls: their {launches_total} recorded Triton launches, replayed on new "

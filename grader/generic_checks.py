@@ -45,6 +45,7 @@ from grader.evaluate import (
     evaluate_triton_kernel,
     evaluate_values,
     hint_for,
+    hinted,
     point_failure,
     tolerance_fields,
 )
@@ -237,7 +238,7 @@ class PlanBuilder:
                             message=f"{call.label} at {decl.variable}{list(index)}: {decl.output} = {value:.8g}, "
                                     f"central difference = {slope:.8g} (|err| {err:.3g} > allowed {allowed:.3g}; "
                                     f"tolerance {tolerance.describe_short()}). Hint: {hint}",
-                            **point_failure(fields, call.label, list(index), value, slope, allowed))
+                            **point_failure(fields, call.label, list(index), value, slope, allowed, hint=hint))
             return CheckOutcome(name=check.name, passed=True, max_err_over_tolerance=worst, cases=cases,
                                 message=f"{cases} points, h = {decl.h:g}, worst error {worst:.2g} of tolerance",
                                 **fields)
@@ -283,7 +284,7 @@ class PlanBuilder:
                         message=f"{call.label}: {where} sums to "
                                 f"{float(got.reshape(-1)[at]):.6g}, expected {float(expected.reshape(-1)[at]):.3g} "
                                 f"(allowed {float(allowed.reshape(-1)[at]):.3g})." + hint_for(evidence, hint, requires),
-                        **fields)
+                        **{**fields, "details": hinted(fields.get("details"), hint_for(evidence, hint, requires))})
             return CheckOutcome(name=check.name, passed=True, max_err_over_tolerance=worst,
                                 message=f"{decl.output} {decl.what} (worst {worst:.2g} of tolerance)", **fields)
 

@@ -8,7 +8,9 @@ import math
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from grader.contract import BenchmarkResult, CheckOutcome, ReportSummary, ResultDocument, summarize
 from grader.speed import format_ceiling, format_fraction, format_rate, row_speeds
@@ -71,18 +73,21 @@ def render_summary(summary: ReportSummary, console: Console, docs: str = CHECKS_
     fix (with `docs`, where it is explained), its smallest failing input with got and expected,
     the hint."""
     colour = {"passed": "green", "failed": "red"}.get(summary.verdict.value, "yellow")
-    console.print(f"[bold {colour}]{summary.line}[/]", highlight=False)
+    # Every interpolated text is escaped: a summary carries the submission's own words (an
+    # exception's message), and Rich markup in them would style the report or raise
+    # MarkupError after the result document was written.
+    console.print(f"[bold {colour}]{escape(summary.line)}[/]", highlight=False)
     if summary.check is not None:
-        console.print(f"  first to fix: [bold]{summary.check}[/] (see {docs})", highlight=False)
+        console.print(f"  first to fix: [bold]{escape(summary.check)}[/] (see {escape(docs)})", highlight=False)
         where = failing_input(summary)
         if where:
-            console.print(f"  smallest failing input: {where}", highlight=False)
+            console.print(f"  smallest failing input: {escape(where)}", highlight=False)
     if summary.problem and summary.check is None:
-        console.print(f"  {summary.problem}", highlight=False)
+        console.print(f"  {escape(summary.problem)}", highlight=False)
     if summary.hint:
-        console.print(f"  [bold]hint[/]: {summary.hint}", highlight=False)
+        console.print(f"  [bold]hint[/]: {escape(summary.hint)}", highlight=False)
     if summary.speed:
-        console.print(f"  {summary.speed}", highlight=False)
+        console.print(f"  {escape(summary.speed)}", highlight=False)
 
 
 def _seconds(value: float | None) -> str:
@@ -106,8 +111,9 @@ def render_speeds(benchmark: BenchmarkResult, console: Console) -> None:
     for speed in speeds:
         name = speed.row + ("" if speed.ranked else " (not ranked)")
         floor = _seconds(speed.floor_s) + (f" ({speed.floor_kind})" if speed.floor_kind else "")
-        table.add_row(name, _seconds(speed.student_s), format_rate(speed),
-                      format_fraction(speed.fraction_of_floor), floor, format_ceiling(speed))
+        table.add_row(*(Text(cell) for cell in (name, _seconds(speed.student_s), format_rate(speed),
+                                                format_fraction(speed.fraction_of_floor), floor,
+                                                format_ceiling(speed))))
     console.print(table)
 
 
@@ -138,31 +144,31 @@ def render_result(document: ResultDocument | dict[str, Any], console: Console | 
             if server and summary.check else CHECKS_DOCUMENT)
     render_summary(summary, console, docs)
     graded = f"{source_name}: " if source_name else ""
-    table = Table(title=f"{graded}{document.assignment} on {document.device}", show_lines=False)
+    table = Table(title=Text(f"{graded}{document.assignment} on {document.device}"), show_lines=False)
     table.add_column("", width=2)
     table.add_column("check")
     table.add_column("err/tol", justify="right")
     table.add_column("details", overflow="fold")
     for check in document.checks:
         mark = "[yellow]-[/]" if check.skipped else ("[green]✓[/]" if check.passed else "[red]✗[/]")
-        table.add_row(mark, check.name, error_vs_tolerance(check), check.message)
+        table.add_row(mark, Text(check.name), Text(error_vs_tolerance(check)), Text(check.message))
     if document.checks:
         console.print(table)
     elif source_name:
-        console.print(f"{source_name}: no check ran")
+        console.print(f"{source_name}: no check ran", markup=False, highlight=False)
     if document.error is not None:
-        console.print(f"[red]error ({document.error.kind.value})[/]: {document.error.message}", highlight=False)
+        console.print(f"[red]error ({document.error.kind.value})[/]: {escape(document.error.message)}", highlight=False)
         if document.error.traceback:
             console.print(document.error.traceback[-2000:], markup=False, highlight=False)
     for note in document.notes:
-        console.print(f"[yellow]note[/]: {note}", highlight=False)
+        console.print(f"[yellow]note[/]: {escape(note)}", highlight=False)
     benchmark = document.benchmark
     if benchmark is not None:
         render_speeds(benchmark, console)
     if benchmark is not None and benchmark.headline is not None and benchmark.headline.value is not None:
-        console.print(f"benchmark: {benchmark.headline.name} = {benchmark.headline.value:.3f}")
+        console.print(f"benchmark: {benchmark.headline.name} = {benchmark.headline.value:.3f}", markup=False)
     elif benchmark is not None and (benchmark.error or (benchmark.headline and benchmark.headline.reason)):
-        console.print(f"benchmark: no score: {benchmark.error or benchmark.headline.reason}")
+        console.print(f"benchmark: no score: {benchmark.error or benchmark.headline.reason}", markup=False)
     colour = {"passed": "green", "failed": "red"}.get(document.verdict.value, "yellow")
     # A result read from the service has no seed (students never see one): leave it out.
     seed = f"seed {document.seed}, " if "seed" in document.model_fields_set else ""
@@ -172,7 +178,7 @@ def render_result(document: ResultDocument | dict[str, Any], console: Console | 
     console.print(
         f"[bold {colour}]{document.verdict.value}[/]: {passed}/{len(document.checks)} checks passed"
         + (f", {not_run} not run" if not_run else "")
-        + f" ({seed}{document.duration_s:.1f} s{sandbox})"
+        + escape(f" ({seed}{document.duration_s:.1f} s{sandbox})")
     )
     log = document.log
     if log.text:

@@ -12,7 +12,6 @@ is shown with one example's words.
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 import io
 import re
@@ -21,8 +20,8 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
 
-from grader.contract import HINT_MARK
 from submissions import repository
+from submissions.csv_cells import SafeCsvWriter
 from submissions.repository.analytics import CheckVerdictRow
 
 #: Hints listed on the page (most common first).
@@ -31,13 +30,14 @@ _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?", re.IGNORECASE)
 
 
 def hint_of(row: CheckVerdictRow) -> str | None:
-    """The hint or diagnosis a failed check gave: ``details.hint`` of its stored numbers
-    (grader/evaluate.py), else the words after ``Hint:`` in its message; None without one."""
+    """The hint or diagnosis a failed check gave: ``details.hint`` of its stored numbers, the
+    grader's own structured field (grader/evaluate.py); None without one.
+
+    Never taken from the message: a message holds the submission's own text (an exception's
+    message, a name it chose), so the words after a ``Hint:`` in it may be the student's."""
     details = (row.numbers or {}).get("details")
     if isinstance(details, dict) and isinstance(details.get("hint"), str) and details["hint"].strip():
         return details["hint"].strip()
-    if row.message and HINT_MARK in row.message:
-        return row.message.partition(HINT_MARK)[2].strip() or None
     return None
 
 
@@ -161,7 +161,7 @@ def analytics_csv(analytics: ClassAnalytics) -> str:
     """One row per check and UTC day of upload (``day`` ``all``: over every day), columns
     ``CSV_COLUMNS``; ``pass_rate`` in 0..1 with 4 decimals, empty when nothing ran."""
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    writer = SafeCsvWriter(out)
     writer.writerow(CSV_COLUMNS)
     rows = [("all", rate, analytics.top_hint.get(rate.name)) for rate in analytics.checks]
     rows += [(day.day.isoformat(), rate, day.top_hint.get(rate.name))

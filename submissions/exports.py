@@ -16,7 +16,6 @@ Gradescope uses instead of the sum of the tests' scores), ``tests`` with ``name`
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 import io
 from typing import Any, Literal
@@ -26,6 +25,7 @@ from sqlalchemy.orm import Session
 
 from grader.manifest import MANIFESTS
 from submissions import audit, grades, repository, standings
+from submissions.csv_cells import SafeCsvWriter
 from submissions.models import TERMINAL_STATUSES, Submission, SubmissionStatus
 from submissions.scoring import WITHHELD_LATE, ZERO, Grade, PointsPolicy, Score
 
@@ -58,7 +58,7 @@ def lms_csv(session: Session, *, assignment: str, actor: audit.Actor, now: dt.da
     board = standings.board(session, assignment=assignment, now=now)
     policy = board.rules.policy
     buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
+    writer = SafeCsvWriter(buffer)
     writer.writerow(LMS_COLUMNS)
     students = repository.list_students(session)
     for student in students:
@@ -117,7 +117,7 @@ def canvas_csv(session: Session, *, actor: audit.Actor, now: dt.datetime) -> str
     """
     boards = _boards(session, now=now)
     buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
+    writer = SafeCsvWriter(buffer)
     writer.writerow([*CANVAS_IDENTITY, *(b.assignment.name for b in boards)])
     writer.writerow(["Points Possible", "", "", "", "",
                      *(_points(b.rules.policy.max_total) for b in boards)])
@@ -138,7 +138,7 @@ def moodle_csv(session: Session, *, actor: audit.Actor, now: dt.datetime) -> str
     page writes it, e.g. "0 of 100 (60 before the late policy)"). Audited."""
     boards = _boards(session, now=now)
     buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
+    writer = SafeCsvWriter(buffer)
     writer.writerow([*MOODLE_IDENTITY,
                      *(f"{b.assignment.name} (Real)" for b in boards),
                      *(f"Feedback: {b.assignment.name}" for b in boards)])

@@ -27,6 +27,7 @@ from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
 from submissions import audit, repository, service
+from submissions.csv_cells import SafeCsvWriter
 from submissions.errors import DomainError, RosterInvalid
 from submissions.models import Student
 
@@ -209,7 +210,7 @@ def tokens_csv(imported: list[ImportedStudent]) -> str:
     """The import's outcome as CSV for the instructor: ``student_id,name,email,id,token``
     (token empty for students who already existed)."""
     buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
+    writer = SafeCsvWriter(buffer)
     writer.writerow(["student_id", "name", "email", "id", "token"])
     for item in imported:
         writer.writerow([item.student.id, item.student.name, item.student.email or "",

@@ -3,7 +3,6 @@ the final ranking run, then that run's numbers (submissions/standings.py)."""
 
 from __future__ import annotations
 
-import csv
 import io
 from typing import Annotated, Literal
 
@@ -15,6 +14,7 @@ from api.params import AssignmentQuery
 from api.schemas import ErrorResponse, Leaderboard
 from api.views import leaderboard_view
 from grader.manifest import DEFAULT_ASSIGNMENT
+from submissions.csv_cells import SafeCsvWriter
 from submissions.errors import StaffRequired
 
 router = APIRouter(prefix="/api/v1/leaderboard", tags=["leaderboard"])
@@ -50,7 +50,7 @@ def read_leaderboard(
     rows = board.rows
     if format == "csv":
         buffer = io.StringIO()
-        writer = csv.writer(buffer)
+        writer = SafeCsvWriter(buffer, lineterminator="\r\n")
         writer.writerow(CSV_COLUMNS)
         for row in rows:
             writer.writerow([

@@ -69,7 +69,47 @@ def test_an_error_without_failures_and_a_check_without_details_are_summarised() 
         CheckOutcome(name="ok", passed=True, message="fine"),
         CheckOutcome(name="raises", passed=False, message="(3, 4) float32: raised ValueError: x. Hint: check shapes")])
     summary = summarize(plain)
+    # No structured hint: the message is not split (its "Hint:" may be the student's own text).
     assert (summary.check, summary.input, summary.problem, summary.hint) == (
-        "raises", None, "(3, 4) float32: raised ValueError: x.", "check shapes")
+        "raises", None, "(3, 4) float32: raised ValueError: x. Hint: check shapes", None)
+    hinted = ResultDocument(assignment="a", verdict=Verdict.FAILED, checks=[CheckOutcome(
+        name="raises", passed=False, message="(3, 4) float32: raised ValueError: x. Hint: check shapes",
+        details={"hint": "check shapes"})])
+    summary = summarize(hinted)
+    assert (summary.problem, summary.hint) == ("(3, 4) float32: raised ValueError: x.", "check shapes")
     assert summarize(ResultDocument(assignment="a", verdict=Verdict.PASSED, checks=plain.checks[:1])).line == \
         "passed: 1/1 checks passed"
+
+
+MARKUP = "[/] [bold red]x[/bold red] [link=https://evil.example]y[/link] \\"
+
+
+def test_child_text_with_rich_markup_is_printed_as_data_everywhere_in_the_report() -> None:
+    # Every text a submission can put into its result document (an exception's message, a
+    # progress or autotuner name inside an error, a note, its captured output, the file name)
+    # holds markup that would raise MarkupError or style the report if it were interpreted.
+    document = _document("flipped_sign").model_copy(deep=True)
+    first = next(c for c in document.checks if not c.passed)
+    first.message = f"raised ValueError: {MARKUP}"
+    first.details = {**first.details, "hint": f"hint {MARKUP}"}
+    document.error = GradingError(kind=ErrorKind.IMPORT, message=f"importing raised {MARKUP}",
+                                  traceback=f"Traceback {MARKUP}")
+    document.notes = [f"note {MARKUP}"]
+    document.log.text = f"printed {MARKUP}"
+    printed = _printed(document, source_name=f"sub{MARKUP}.py")
+    for text in (f"raised ValueError: {MARKUP}", f"importing raised {MARKUP}", f"note {MARKUP}",
+                 f"printed {MARKUP}", f"hint {MARKUP}"):
+        assert text.replace(" ", "") in printed.replace(" ", "").replace("\n", ""), text
+    # The error's summary line and a timeout whose message names a compilation: same.
+    error_only = ResultDocument(assignment="a", verdict=Verdict.ERROR, checks=[], error=GradingError(
+        kind=ErrorKind.TIMEOUT, message=f"compiling then: kernel_{MARKUP} for 3 s"))
+    assert f"kernel_{MARKUP}" in _printed(error_only)
+
+
+def test_the_client_renders_markup_in_names_reasons_and_messages_as_data() -> None:
+    from client.cli import print_api_error
+    from client.http import ApiError
+
+    buffer = io.StringIO()
+    print_api_error(Console(file=buffer, width=300), ApiError(status=422, code="x", message=f"bad {MARKUP}", details={}))
+    assert f"bad {MARKUP}" in buffer.getvalue()

@@ -54,7 +54,7 @@ from grader.assignments.softmax_backward.spec import (
 )
 from grader.checks import compare
 from grader.contract import CheckOutcome
-from grader.evaluate import describe_failure, hint_for
+from grader.evaluate import describe_failure, hint_for, hinted
 from grader.generic_checks import build_plan as build_declared_plan
 from grader.harness.protocol import TensorSpec
 from grader.plan import CheckEvidence, Plan, PlannedCall, PlannedCheck, dtype_name
@@ -295,11 +295,11 @@ def _evaluate_large_offsets(check: PlannedCheck, evidence: CheckEvidence) -> Che
     hint = hint_for(evidence, HINTS[check.name], HINT_REQUIRES[check.name])
     problem = describe_failure(evidence, call, call.id)
     if problem is not None:
-        return CheckOutcome(name=check.name, passed=False, message=f"{problem}.{hint}")
+        return CheckOutcome(name=check.name, passed=False, message=f"{problem}.{hint}", details=hinted({}, hint))
     out = evidence.calls[call.id].out
     expected = call.expected[0]
     if out is None or tuple(out.shape) != tuple(expected.shape):
-        return CheckOutcome(name=check.name, passed=False,
+        return CheckOutcome(name=check.name, passed=False, details=hinted({}, hint),
                             message=f"{call.label}: no output rows of shape {tuple(expected.shape)} came back.{hint}")
     sample = call.sample_rows or []
     bad_rows = []
@@ -326,6 +326,7 @@ def _evaluate_large_offsets(check: PlannedCheck, evidence: CheckEvidence) -> Che
         if hint.startswith(" Hint:"):
             hint = ""
     return CheckOutcome(name=check.name, passed=False, cases=len(sample), max_err_over_tolerance=worst,
+                        details=hinted({}, hint),
                         message=f"{call.label}, row {first_row}: {first.describe()}.{finding}{hint}")
 
 

@@ -35,7 +35,7 @@ def _checks(example: bool, half: str | None, *, half_skipped: bool = False) -> l
                     numbers={} if example else {"details": {"hint": SIGN_HINT}}),
         CheckResult(name="half_precision", passed=half is None and not half_skipped, skipped=half_skipped,
                     message="ok" if half is None else f"(4, 1000) float16: 12 of 4000 outside. Hint: {half}",
-                    numbers={}),
+                    numbers={} if half is None else {"details": {"hint": half}}),
         CheckResult(name="output_contract", passed=True, skipped=False, message="ok", numbers={}),
     ]
 
