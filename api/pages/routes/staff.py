@@ -18,6 +18,7 @@ from api.pages.rendering import CONFIRM_FIELD, PageRoute, confirm_page, redirect
 from api.pages.routes.student import MAX_DB_INT, SubmissionId
 from api.pages.security import CheckedForm, FormFields, InstructorViewer, StaffViewer
 from api.presenters import regrade_read, regrade_summary, score_read, student_read
+from api.routes.assignments import EXPORT_WARNING_HEADER
 from api.schemas import AssignmentUpdate, DisqualifyRequest, RegradeCreate, RestoreRequest
 from api.views import assignment_view, submission_summaries
 from grader.manifest import MANIFESTS
@@ -342,9 +343,22 @@ def update_settings(request: Request, name: Annotated[str, Path(max_length=100)]
 
 
 @router.get("/staff/exports")
-def read_exports(request: Request, viewer: StaffViewer) -> Response:
-    """Download the LMS gradebook (CSV) or a submission's Gradescope results.json."""
-    return render(request, "exports.html", viewer=viewer, assignment_names=list(MANIFESTS))
+def read_exports(request: Request, viewer: StaffViewer, session: SessionDep) -> Response:
+    """Download the LMS gradebook (CSV) or a submission's Gradescope results.json; the
+    students an LMS cannot match (no e-mail, no roster id) are listed first."""
+    return render(request, "exports.html", viewer=viewer, assignment_names=list(MANIFESTS),
+                  unmatchable=exports.unmatchable(session))
+
+
+def gradebook_download(text: str, filename: str, session: Any) -> Response:
+    """A gradebook CSV from a page form (never cached), with the API's ``X-Export-Warning``
+    when an LMS cannot match some rows (the exports page lists them)."""
+    headers = {"Content-Disposition": f'attachment; filename="{filename}"',
+               "Cache-Control": "no-store"}
+    warning = exports.unmatchable_warning(exports.unmatchable(session))
+    if warning:
+        headers[EXPORT_WARNING_HEADER] = warning
+    return Response(text, media_type="text/csv; charset=utf-8", headers=headers)
 
 
 @router.post("/staff/exports/lms")
@@ -353,11 +367,10 @@ def export_lms(viewer: StaffViewer, checked: CheckedForm, session: SessionDep,
     """The LMS gradebook CSV (exports.lms_csv; audited). A POST: exporting is audited, and
     no GET may change anything."""
     _, form = checked
-    name = form.first("assignment")
-    text = exports.lms_csv(session, assignment=name, actor=viewer.principal.actor, now=now)
-    return Response(text, media_type="text/csv; charset=utf-8", headers={
-        "Content-Disposition": f'attachment; filename="grades-{assignments.resolve_manifest(name).name}.csv"',
-        "Cache-Control": "no-store"})
+    name = assignments.resolve_manifest(form.first("assignment")).name
+    text = exports.lms_csv(session, assignment=name, actor=viewer.principal.actor, now=now,
+                           zeros=bool(form.first("zeros")))
+    return gradebook_download(text, f"grades-{name}.csv", session)
 
 
 @router.post("/staff/exports/gradescope")

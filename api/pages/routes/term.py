@@ -14,7 +14,7 @@ from fastapi.responses import Response
 
 from api.deps import NowDep, SessionDep
 from api.pages.rendering import CONFIRM_FIELD, PageRoute, confirm_page, redirect, render
-from api.pages.routes.staff import FormInvalid, roster_page, validated
+from api.pages.routes.staff import FormInvalid, gradebook_download, roster_page, validated
 from api.pages.routes.student import MAX_DB_INT
 from api.pages.security import CheckedForm, InstructorViewer, StaffViewer
 from api.presenters import extension_read
@@ -270,19 +270,23 @@ def start_final_run(request: Request, name: Name, viewer: InstructorViewer,
 @router.post("/staff/exports/canvas")
 def export_canvas(viewer: StaffViewer, checked: CheckedForm, session: SessionDep,
                   now: NowDep) -> Response:
-    """Every assignment's grades for Canvas's gradebook import (audited)."""
-    return Response(exports.canvas_csv(session, actor=viewer.principal.actor, now=now),
-                    media_type="text/csv; charset=utf-8", headers={
-                        **NO_STORE, "Content-Disposition": 'attachment; filename="grades-canvas.csv"'})
+    """Every assignment's grades for Canvas's gradebook import (audited); blank for a
+    student who never submitted unless the form asks for zeros."""
+    _, form = checked
+    return gradebook_download(exports.canvas_csv(session, actor=viewer.principal.actor, now=now,
+                                                 zeros=bool(form.first("zeros"))),
+                              "grades-canvas.csv", session)
 
 
 @router.post("/staff/exports/moodle")
 def export_moodle(viewer: StaffViewer, checked: CheckedForm, session: SessionDep,
                   now: NowDep) -> Response:
-    """Every assignment's grades for Moodle's grade import (audited)."""
-    return Response(exports.moodle_csv(session, actor=viewer.principal.actor, now=now),
-                    media_type="text/csv; charset=utf-8", headers={
-                        **NO_STORE, "Content-Disposition": 'attachment; filename="grades-moodle.csv"'})
+    """Every assignment's grades for Moodle's grade import (audited); blank for a student
+    who never submitted unless the form asks for zeros."""
+    _, form = checked
+    return gradebook_download(exports.moodle_csv(session, actor=viewer.principal.actor, now=now,
+                                                 zeros=bool(form.first("zeros"))),
+                              "grades-moodle.csv", session)
 
 
 @router.post("/staff/exports/gradescope-class")

@@ -164,7 +164,11 @@ def test_a_term_on_the_staff_pages(client, db_session) -> None:
     canvas = list(csv.DictReader(io.StringIO(
         client.post("/staff/exports/canvas", data={"csrf_token": csrf}).text)))
     assert canvas[0]["Student"] == "Points Possible"
-    assert {r["Student"]: r[NAME] for r in canvas[1:]} == {"Ada": "0", "Bob": "0", "Cy": "0"}
+    # Cy never submitted: blank, unless the form asks for zeros.
+    assert {r["Student"]: r[NAME] for r in canvas[1:]} == {"Ada": "0", "Bob": "0", "Cy": ""}
+    zeros = list(csv.DictReader(io.StringIO(client.post(
+        "/staff/exports/canvas", data={"csrf_token": csrf, "zeros": "on"}).text)))
+    assert {r["Student"]: r[NAME] for r in zeros[1:]} == {"Ada": "0", "Bob": "0", "Cy": "0"}
     moodle = client.post("/staff/exports/moodle", data={"csrf_token": csrf}).text
     assert "0 of 100 (100 before the late policy)" in moodle
     everyone = json.loads(client.post("/staff/exports/gradescope-class",
