@@ -477,3 +477,12 @@ def test_the_checks_document_is_served_with_an_anchor_for_every_check(client: Te
         "example_two_element", "autograd_fp32", "half_precision", "row_sum_invariant", "triton_kernel")} <= ids
     assert set(MANIFESTS) <= ids
     assert "<script" not in response.text.split("<main", 1)[1]  # raw HTML in the Markdown is off
+    # Every check of every assignment has the row its reports link to (issue 38: two
+    # layernorm checks linked to anchors that did not exist).
+    from api.pages.checks_doc import check_url
+    from grader.assignments import get_assignment
+
+    for name in MANIFESTS:
+        for check in get_assignment(name).check_names:
+            anchor = check_url(name, check).split("#", 1)[1]
+            assert anchor in ids, f"{name}'s check {check} links to #{anchor}, not in /checks"
