@@ -437,6 +437,10 @@ def _leaderboard(client: ServiceClient, args: argparse.Namespace, console: Conso
                       "" if row.headline_speedup is None else f"{row.headline_speedup:.4g}",
                       "" if row.score is None else row.score.text, row.reason or "")
     console.print(table)
+    running = board.final_run_running
+    if running is not None:
+        console.print(f"final run {running.id} is grading: {running.graded} of {running.total} done; "
+                      f"the board is {board.phase} until it finishes", markup=False)
     return data
 
 

@@ -46,6 +46,9 @@ from submissions.models import Extension, FinalRun, Grading
 
 #: The response header naming gradebook rows an LMS cannot match (exports.unmatchable).
 EXPORT_WARNING_HEADER = "X-Export-Warning"
+_WARNING_HEADERS = {EXPORT_WARNING_HEADER: {
+    "description": "present when some rows have no e-mail and no roster id, so an LMS cannot "
+                   "match them: how many, and their student ids", "schema": {"type": "string"}}}
 ZerosQuery = Annotated[bool, Query(description="give students who never submitted 0 "
                                                "(default: a blank cell, no grade yet)")]
 
@@ -131,7 +134,8 @@ def read_final_run(name: AssignmentName, _: StaffOnly, session: SessionDep) -> F
 
 
 @router.get("/{name}/export/lms", response_class=Response, responses={
-    200: {"content": {"text/csv": {}}, "description": "one row per enrolled student: "
+    200: {"content": {"text/csv": {}}, "headers": _WARNING_HEADERS,
+          "description": "one row per enrolled student: "
           "student_id,name,email,id,submissions,late_submissions,disqualified_submissions,"
           "status,submission_id,correctness_points,speed_points,score,max_score,"
           "ranked_speedup,rank,ranking,reason,late_submission_id,late_score"},
@@ -228,7 +232,8 @@ def _csv_download(text: str, filename: str, session: Session) -> Response:
 
 
 @router.get("/export/canvas", response_class=Response, responses={
-    200: {"content": {"text/csv": {}}, "description": "Student,ID,SIS User ID,SIS Login ID,"
+    200: {"content": {"text/csv": {}}, "headers": _WARNING_HEADERS,
+          "description": "Student,ID,SIS User ID,SIS Login ID,"
           "Section, then one column per assignment; the second row is Points Possible"}})
 def export_canvas(principal: StaffOnly, session: SessionDep, now: NowDep,
                   zeros: ZerosQuery = False) -> Response:
@@ -239,7 +244,8 @@ def export_canvas(principal: StaffOnly, session: SessionDep, now: NowDep,
 
 
 @router.get("/export/moodle", response_class=Response, responses={
-    200: {"content": {"text/csv": {}}, "description": "Full name,Email address,ID number, "
+    200: {"content": {"text/csv": {}}, "headers": _WARNING_HEADERS,
+          "description": "Full name,Email address,ID number, "
           "then NAME (Real) and Feedback: NAME per assignment"}})
 def export_moodle(principal: StaffOnly, session: SessionDep, now: NowDep,
                   zeros: ZerosQuery = False) -> Response:
