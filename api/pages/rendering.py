@@ -121,12 +121,14 @@ CONFIRM_FIELD = "confirm"
 
 def confirm_page(request: Request, viewer: Viewer, *, title: str, changes: list[str],
                  students: int, action: str, button: str, back: str,
-                 fields: dict[str, str] | None = None) -> HTMLResponse:
+                 fields: dict[str, str] | None = None,
+                 count_label: str = "Students affected") -> HTMLResponse:
     """The page asking before `action` (a POST path) runs: what it `changes`, how many
-    `students` it affects, the button that does it and the way back (`back`)."""
+    `students` it affects (or what `count_label` counts), the button that does it and the
+    way back (`back`)."""
     return render(request, "confirm.html", viewer=viewer, title=title, changes=changes,
                   students=students, action=action, button=button, back=back,
-                  fields=fields or {})
+                  fields=fields or {}, count_label=count_label)
 
 
 def redirect(url: str) -> RedirectResponse:

@@ -144,7 +144,8 @@ def rotate_staff_token(request: Request, staff_id: Id, viewer: InstructorViewer,
         if member is None:
             raise StaffNotFound(f"no staff account {staff_id}")
         return confirm_page(
-            request, viewer, title=f"Rotate {member.name}'s token", students=0,
+            request, viewer, title=f"Rotate {member.name}'s token", students=1,
+            count_label="Staff accounts affected (no student)",
             changes=[f"stop the current token of {member.name} ({member.role}) at once: "
                      "every browser and command using it is signed out",
                      "show the new token once, on the next page"],

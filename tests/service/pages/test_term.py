@@ -96,6 +96,11 @@ def test_a_term_on_the_staff_pages(client, db_session) -> None:
     ta_page = client.post("/staff/staff", data={"csrf_token": csrf, "name": "Grace", "role": "ta"})
     ta = _token_on(ta_page.text)
     assert client.get("/api/v1/me", headers=bearer(ta)).json()["role"] == "ta"
+    grace_id = next(m["id"] for m in client.get("/api/v1/staff", headers=bearer(INSTRUCTOR_TOKEN)).json()
+                    if m["name"] == "Grace")
+    asked = client.post(f"/staff/staff/{grace_id}/token", data={"csrf_token": csrf})
+    assert "Staff accounts affected (no student)" in asked.text
+    assert client.get("/api/v1/me", headers=bearer(ta)).status_code == 200  # asked only
     asked = client.post(f"/staff/students/{bob_id}/token", data={"csrf_token": csrf})
     assert asked.status_code == 200 and "Rotate Bob&#39;s token?" in asked.text
     assert client.get("/api/v1/me", headers=bearer(tokens["Bob"])).status_code == 200  # asked only
