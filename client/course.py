@@ -448,7 +448,7 @@ def _export_warning(response: Any, console: Console) -> None:
     """The service's warning about rows an LMS cannot match (X-Export-Warning), as data."""
     warning = response.headers.get("x-export-warning")
     if warning:
-        console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False)
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
 
 
 def _export_lms(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
