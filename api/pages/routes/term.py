@@ -248,8 +248,8 @@ def start_final_run(request: Request, name: Name, viewer: InstructorViewer,
         entries = final_runs.plan_final_run(session, assignment=assignment, now=now)
         previous = repository.latest_final_run(session, assignment=assignment)
         changes = [f"re-grade the best passing on-time submission of each of {len(entries)} "
-                   f"student(s) of {assignment} on one fresh secret seed (the workers' queue "
-                   "takes them before new uploads)",
+                   f"student(s) of {assignment} on one fresh secret seed (queued behind "
+                   "students' uploads)",
                    "rank the leaderboard by that run's numbers once every grading is done "
                    "(the board says final then); a submission that fails there loses its "
                    "rank and keeps its correctness points"]
