@@ -57,6 +57,7 @@ from submissions.errors import (
     Overloaded,
     RequestTimeout,
     UploadTooLarge,
+    describe_size,
 )
 from submissions.settings import Settings
 
@@ -98,9 +99,26 @@ def _unauthenticated(message: str) -> Any:
                           {"WWW-Authenticate": "Bearer", **_CLOSE})
 
 
-def _too_large(max_bytes: int, error: type[DomainError]) -> Any:
-    return error_response(413, error.code, f"the request body is larger than {max_bytes} bytes",
-                          _CLOSE, max_bytes=max_bytes)
+def _too_large(scope: dict[str, Any], max_bytes: int, error: type[DomainError]) -> Any:
+    """The 413 for a body over `max_bytes`. An upload route names the file's limit (what the
+    README and the form say, ``256 KiB``; the body cap adds the multipart framing, which is
+    no limit a person can act on). A page (any path outside ``/api/``) gets a page of the
+    site with the limit and the way back, never the API's JSON (issue 38)."""
+    settings: Settings = scope["app"].state.settings
+    method, path = scope.get("method", ""), scope.get("path", "")
+    is_upload = (method, path.rstrip("/") or "/") in _UPLOAD_ROUTES
+    if is_upload:
+        limit = settings.max_upload_bytes
+        message = f"the file is larger than the upload limit of {describe_size(limit)}"
+    else:
+        limit = max_bytes
+        message = f"the request body is larger than {describe_size(limit)}"
+    if not path.startswith("/api/"):
+        from api.pages.rendering import too_large_page  # the pages import this module's app
+
+        return too_large_page(scope, code=error.code, message=message, limit_bytes=limit,
+                              sent_bytes=_declared_length(scope), headers=_CLOSE)
+    return error_response(413, error.code, message, _CLOSE, max_bytes=limit)
 
 
 def _unavailable(code: str, message: str) -> Any:
@@ -150,7 +168,7 @@ class RequestEdgeMiddleware:
         declared = _declared_length(scope)
         if method not in _BODY_METHODS:
             if declared is not None and declared > max_bytes:
-                await _too_large(max_bytes, too_large)(scope, receive, send)
+                await _too_large(scope, max_bytes, too_large)(scope, receive, send)
                 return
             await self.app(scope, receive, send)
             return
@@ -161,7 +179,7 @@ class RequestEdgeMiddleware:
                 await refusal(scope, receive, send)
                 return
         if declared is not None and declared > max_bytes:
-            await _too_large(max_bytes, too_large)(scope, receive, send)
+            await _too_large(scope, max_bytes, too_large)(scope, receive, send)
             return
         body = await self._read_body(app.state.body_reads, scope, receive, send,
                                      max_bytes, too_large, settings.api_body_timeout_s)
@@ -235,7 +253,7 @@ class RequestEdgeMiddleware:
             logger.info("client disconnected while sending the body of %s (%d bytes received)",
                         what, len(body))
         elif outcome == "too_large":
-            await _too_large(max_bytes, too_large)(scope, receive, send)
+            await _too_large(scope, max_bytes, too_large)(scope, receive, send)
         elif outcome == "timeout":
             logger.info("closed %s: its body did not arrive within %s s (%d bytes received)",
                         what, _seconds(timeout_s), len(body))

@@ -251,6 +251,8 @@ def assignment_read(
     quota: Quota | None,
     staff_view: bool,
     now: dt.datetime,
+    final_run_graded: int = 0,
+    final_run_total: int = 0,
 ) -> AssignmentRead:
     manifest = get_manifest(row.name)
     # A student's own due date in force decides for them (their quota carries it).
@@ -270,7 +272,8 @@ def assignment_read(
                           for t in policy.thresholds],
             max_points=policy.max_total),
         final_run=None if final_run is None else FinalRunBrief(
-            id=final_run.id, created_at=final_run.created_at, finished=final_run_finished),
+            id=final_run.id, created_at=final_run.created_at, finished=final_run_finished,
+            graded=final_run_graded, total=final_run_total),
         you=quota,
         updated_at=row.updated_at,
         updated_by=row.updated_by if staff_view else None,

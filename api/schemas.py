@@ -246,6 +246,8 @@ class FinalRunBrief(BaseModel):
     id: int
     created_at: dt.datetime
     finished: bool
+    graded: int = Field(0, description="its gradings with a verdict")
+    total: int = Field(0, description="its gradings (one per student)")
 
 
 class AssignmentRead(BaseModel):
@@ -485,10 +487,21 @@ class LeaderboardRow(BaseModel):
     score: ScoreRead | None = None
 
 
+class FinalRunProgress(BaseModel):
+    """A final ranking run still grading: it decides the board once `graded` == `total`."""
+
+    id: int
+    graded: int = Field(description="gradings of the run with a verdict")
+    total: int = Field(description="gradings in the run (one per student)")
+
+
 class Leaderboard(BaseModel):
     assignment: str
-    phase: Literal["provisional", "final"]
-    final_run_id: int | None = None
+    phase: Literal["provisional", "final"] = Field(
+        description="final once a final ranking run has finished (its numbers rank); a run "
+                    "still grading leaves the board as it was and is in final_run_running")
+    final_run_id: int | None = Field(None, description="the finished run that ranks")
+    final_run_running: FinalRunProgress | None = None
     rows: list[LeaderboardRow]
 
 

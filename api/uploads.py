@@ -19,7 +19,13 @@ from python_multipart.multipart import MultipartParser, MultipartState, parse_op
 
 from api.deps import SettingsDep
 from grader.manifest import DEFAULT_ASSIGNMENT
-from submissions.errors import UploadMalformed, UploadMissingFile, UploadTooLarge, UploadTruncated
+from submissions.errors import (
+    UploadMalformed,
+    UploadMissingFile,
+    UploadTooLarge,
+    UploadTruncated,
+    describe_size,
+)
 
 #: Allowance for multipart boundaries, part headers and the small form fields.
 FRAMING_ALLOWANCE_BYTES = 16 * 1024
@@ -129,7 +135,8 @@ class _FormCollector:
         if len(self._target) > self._target_limit:
             if self._target_is_file:
                 raise UploadTooLarge(
-                    f"the file is larger than {self.max_file_bytes} bytes",
+                    f"the file is larger than the upload limit of "
+                    f"{describe_size(self.max_file_bytes)}",
                     max_bytes=self.max_file_bytes,
                 )
             raise UploadMalformed(
@@ -154,8 +161,7 @@ async def read_uploaded_file(request: Request, settings: SettingsDep) -> Uploade
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
         raise UploadTooLarge(
-            f"the request body is larger than {max_body_bytes} bytes "
-            f"(file limit {max_file_bytes} bytes)",
+            f"the file is larger than the upload limit of {describe_size(max_file_bytes)}",
             max_bytes=max_file_bytes,
         )
     content_type, options = parse_options_header(request.headers.get("content-type"))
@@ -171,7 +177,8 @@ async def read_uploaded_file(request: Request, settings: SettingsDep) -> Uploade
             received += len(chunk)
             if received > max_body_bytes:
                 raise UploadTooLarge(
-                    f"the request body is larger than {max_body_bytes} bytes",
+                    f"the file is larger than the upload limit of "
+                    f"{describe_size(max_file_bytes)}",
                     max_bytes=max_file_bytes,
                 )
             parser.write(chunk)

@@ -11,7 +11,14 @@ from sqlalchemy.orm import Session
 
 from api.deps import Principal
 from api.presenters import assignment_read, grading_finished, score_read, submission_summary
-from api.schemas import AssignmentRead, Leaderboard, LeaderboardRow, Quota, SubmissionSummary
+from api.schemas import (
+    AssignmentRead,
+    FinalRunProgress,
+    Leaderboard,
+    LeaderboardRow,
+    Quota,
+    SubmissionSummary,
+)
 from submissions import assignments, grades, repository, standings
 from submissions.errors import LeaderboardHidden
 from submissions.settings import Settings
@@ -28,8 +35,9 @@ def assignment_view(session: Session, *, name: str, principal: Principal, settin
     row = rules.assignment
     limit = assignments.rate_limit(row, settings)
     run = repository.latest_final_run(session, assignment=row.name)
-    finished = run is not None and all(
-        grading_finished(g) for g in repository.final_run_gradings(session, final_run_id=run.id))
+    gradings = [] if run is None else repository.final_run_gradings(session, final_run_id=run.id)
+    graded = sum(grading_finished(g) for g in gradings)
+    finished = run is not None and graded == len(gradings)
     quota = None
     if principal.student is not None:
         used, left = assignments.submissions_used(session, row=row,
@@ -40,7 +48,8 @@ def assignment_view(session: Session, *, name: str, principal: Principal, settin
     return assignment_read(
         row, policy=rules.policy, rate_limit=(limit.submissions, limit.window_s),
         final_run=run, final_run_finished=finished, quota=quota,
-        staff_view=principal.is_staff, now=now)
+        staff_view=principal.is_staff, now=now, final_run_graded=graded,
+        final_run_total=len(gradings))
 
 
 def leaderboard_view(session: Session, *, assignment: str, principal: Principal,
@@ -76,8 +85,12 @@ def leaderboard_view(session: Session, *, assignment: str, principal: Principal,
                 score=score_read(standing.grade) if visible else None,
             )
         )
+    running = board.running
     return Leaderboard(assignment=board.assignment.name, phase=board.phase,
-                       final_run_id=board.final_run.id if board.final_run else None, rows=rows)
+                       final_run_id=board.final_run.id if board.final_run else None,
+                       final_run_running=None if running is None else FinalRunProgress(
+                           id=running.run.id, graded=running.graded, total=running.total),
+                       rows=rows)
 
 
 def submission_summaries(session: Session, *, student_id: int | None, assignment: str | None,

@@ -115,13 +115,15 @@ def _exit_code(status: str) -> int:
 
 def progress_line(submission: SubmissionRead, *, waited_s: float) -> str:
     """What ``grader submit`` shows while it waits: ``queued (number 3 in the queue) ... 12 s``
-    or ``running: compiling your kernels (attempt 1; 40 s of at most 1800 s)``, the grader's
+    or ``running: compiling your kernels (attempt 1; 40 s of the 1800 s a whole grading may
+    take)``: the worker's limit on the whole grading (GRADER_GRADER_TIMEOUT_S: compilation,
+    every sandboxed run and the benchmark), not one run's (the README's 180 s), the grader's
     stage (``running: the checks, then on a GPU the benchmark ...`` before it reports one)
     (the API's ``progress``; an older server without it: the status and the time waited)."""
     progress = submission.progress
     if submission.status == "running":
         if progress is not None and progress.elapsed_s is not None:
-            limit = f" of at most {progress.limit_s:g} s" if progress.limit_s else ""
+            limit = f" of the {progress.limit_s:g} s a whole grading may take" if progress.limit_s else ""
             doing = progress.stage_label or "the checks, then on a GPU the benchmark"
             return f"running: {doing} (attempt {submission.attempts}; {progress.elapsed_s:.0f} s{limit})"
         return f"running (attempt {submission.attempts}) ... {waited_s:.0f} s"
@@ -143,10 +145,15 @@ def wait_for_verdict(client: ServiceClient, console: Console, submission_id: int
     without long-poll answers at once). Busy answers are retried by the client (Retry-After,
     jitter)."""
     started = time.monotonic()
-    with console.status("waiting for a worker...") as progress:
+    first = True
+    with console.status("uploaded; asking for its place in the queue...") as progress:
         while True:
             elapsed = time.monotonic() - started
-            wait = int(max(0, min(LONG_POLL_S, timeout_s - elapsed)))
+            # The first read answers at once, so the queue place shows from the first second
+            # (a long-poll on a queued submission answered only when a worker took it, or
+            # after 30 s: "waiting for a worker..." for 30 s, issue 38).
+            wait = 0 if first else int(max(0, min(LONG_POLL_S, timeout_s - elapsed)))
+            first = False
             asked = time.monotonic()
             submission = SubmissionRead.model_validate(client.get_json(
                 f"/api/v1/submissions/{submission_id}", params={"wait": wait},

@@ -210,11 +210,15 @@ def build_parser() -> argparse.ArgumentParser:
     lms = commands.add_parser("export-lms", help="gradebook CSV, one row per student")
     lms.add_argument("name")
     lms.add_argument("--output", type=Path, required=True)
+    lms.add_argument("--zeros", action="store_true",
+                     help="0 for students who never submitted (default: a blank cell)")
 
     for kind in ("canvas", "moodle"):
         gradebook = commands.add_parser(f"export-{kind}", help=f"every assignment's grades in "
                                         f"one CSV for {kind.title()}'s gradebook import")
         gradebook.add_argument("--output", type=Path, required=True)
+        gradebook.add_argument("--zeros", action="store_true",
+                               help="0 for students who never submitted (default: a blank cell)")
     everyone = commands.add_parser("gradescope-class", help="every student's Gradescope "
                                    "results.json of one assignment")
     everyone.add_argument("name")
@@ -471,21 +475,36 @@ def _leaderboard(client: ServiceClient, args: argparse.Namespace, console: Conso
                       "" if row.headline_speedup is None else f"{row.headline_speedup:.4g}",
                       "" if row.score is None else row.score.text, row.reason or "")
     console.print(table)
+    running = board.final_run_running
+    if running is not None:
+        console.print(f"final run {running.id} is grading: {running.graded} of {running.total} done; "
+                      f"the board is {board.phase} until it finishes", markup=False)
     return data
 
 
+def _export_warning(response: Any, console: Console) -> None:
+    """The service's warning about rows an LMS cannot match (X-Export-Warning), as data."""
+    warning = response.headers.get("x-export-warning")
+    if warning:
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
+
+
 def _export_lms(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
-    text = client.request("GET", f"/api/v1/assignments/{args.name}/export/lms").text
-    args.output.write_text(text)
-    console.print(f"{len(text.splitlines()) - 1} student row(s) written to {args.output}")
+    response = client.request("GET", f"/api/v1/assignments/{args.name}/export/lms",
+                              params={"zeros": "true"} if args.zeros else None)
+    args.output.write_text(response.text)
+    console.print(f"{len(response.text.splitlines()) - 1} student row(s) written to {args.output}")
+    _export_warning(response, console)
     return None
 
 
 def _export_gradebook(kind: str):  # noqa: ANN202 - a handler
     def handler(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
-        text = client.request("GET", f"/api/v1/assignments/export/{kind}").text
-        args.output.write_text(text)
+        response = client.request("GET", f"/api/v1/assignments/export/{kind}",
+                                  params={"zeros": "true"} if args.zeros else None)
+        args.output.write_text(response.text)
         console.print(f"{kind.title()} gradebook written to {args.output}")
+        _export_warning(response, console)
         return None
     return handler
 

@@ -423,7 +423,14 @@ def summarize(document: ResultDocument) -> ReportSummary:
     return ReportSummary(line=line, **fields)
 
 
+#: How a stored document writes a non-finite float in ``details`` (``ser_json_inf_nan="strings"``:
+#: an untyped field reads back as this text, not as a float).
+_NON_FINITE_TEXT = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
 def _number(value: Any) -> float | None:
+    if isinstance(value, str):  # a stored NaN/inf (issue 38: the summary said "got ?")
+        return _NON_FINITE_TEXT.get(value)
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 

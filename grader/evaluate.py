@@ -223,7 +223,9 @@ def evaluate_values(check: PlannedCheck, evidence: CheckEvidence, *, hint: str,
                     if not failures:  # only the first failure is shown, so only it is diagnosed
                         # A known wrong formula first: it names the mistake itself, where the coverage
                         # patterns (a column or row block wrong, NaN) only say where it shows.
-                        if diagnose is not None and round_index == 0 and expectation.index == 0:
+                        # Every output is offered (layernorm's dw has its own known mistakes); a
+                        # diagnose tells the outputs apart by shape.
+                        if diagnose is not None and round_index == 0:
                             finding = diagnose(out, call, evidence)
                         if not finding:
                             ratio = _ratio(out, expected, scale, slack, tolerance)
@@ -389,6 +391,23 @@ def evaluate_raises(check: PlannedCheck, evidence: CheckEvidence, *, hint: str) 
     return CheckOutcome(name=check.name, passed=True, message="raised: " + "; ".join(raised), details=details)
 
 
+#: PyTorch operators that only validate the inputs (comparisons and logic whose result decides
+#: whether to raise, as the references' wrappers check targets or shapes): no output value
+#: comes from them, so a replay that did not reproduce the output is never blamed on them
+#: (issue 38: the ignore_index bug's row named the wrapper's target check, which the
+#: reference does too, instead of the kernel's mistake).
+VALIDATION_OPS = frozenset({
+    "eq", "ne", "lt", "le", "gt", "ge", "any", "all", "isnan", "isinf", "isfinite",
+    "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
+    "logical_and", "logical_or", "logical_xor", "logical_not",
+})
+
+
+def _outside_ops(replay) -> list[str]:  # noqa: ANN001 - the harness's replay record
+    """The operators a call ran outside Triton that could have produced output values."""
+    return [op for op in replay.torch_ops if op not in VALIDATION_OPS]
+
+
 def _replay_problem(call: PlannedCall, evidence: CheckEvidence) -> tuple[str | None, int]:
     """Why replaying a recorded call did not reproduce its output (None: it did), and how many
     launches the call made."""
@@ -398,8 +417,9 @@ def _replay_problem(call: PlannedCall, evidence: CheckEvidence) -> tuple[str | N
     if replay is None:
         return f"{call.label}: no record of its Triton launches came back", 0
     launches = replay.launches
-    outside = (f" The call also ran PyTorch operators outside Triton ({', '.join(replay.torch_ops[:6])}): "
-               "work the replay does not redo." if replay.torch_ops else "")
+    ops = _outside_ops(replay)
+    outside = (f" The call also ran PyTorch operators outside Triton ({', '.join(ops[:6])}): "
+               "work the replay does not redo." if ops else "")
     if replay.side_streams:
         outside += f" {replay.side_streams} launch(es) went to a stream other than the caller's."
     if replay.status == "not_replayable":
@@ -443,6 +463,8 @@ REPLAY_HINTS = {
     "none": "these calls launched no @triton.jit kernel: write the computation as Triton kernels and launch them",
     "outside": "the work the calls did with PyTorch operators outside Triton is not replayed: do it in your "
                "@triton.jit kernels, so that their launches alone, replayed on new inputs, give the output",
+    "inputs": "the Triton launches did all the work but were right only for the inputs of these calls: on new "
+              "inputs of the same layout they were wrong (the value checks that fail above show on which inputs)",
 }
 
 
@@ -472,7 +494,9 @@ def evaluate_triton_kernel(check: PlannedCheck, evidence: CheckEvidence, *, reco
         if problem:
             problems.append(problem)
             replay = got.report.replay
-            kinds.add("none" if launches == 0 else "outside" if replay is not None and replay.torch_ops else "other")
+            kinds.add("none" if launches == 0 else "outside" if replay is not None and _outside_ops(replay)
+                      else "inputs" if replay is not None and replay.status not in ("not_replayable", "raised")
+                      else "other")
     details = {"calls": checked, "launches": launches_total, "failed": len(problems)}
     if not checked:
         return CheckOutcome(name=check.name, passed=False, skipped=True, details=details,

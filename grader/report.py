@@ -44,13 +44,10 @@ def error_vs_tolerance(check: CheckOutcome) -> str:
 
 
 def format_value(value: float | None) -> str:
-    """A got/expected value as the summary shows it: 6 significant digits; NaN/inf as such."""
+    """A got/expected value as the summary shows it: 6 significant digits; NaN/inf as the
+    check's message in the table writes them (``nan``, ``inf``, ``-inf``)."""
     if value is None:
         return "?"
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "inf" if value > 0 else "-inf"
     return f"{value:.6g}"
 
 

@@ -93,6 +93,16 @@ class UploadEmpty(DomainError):
     http_status = 422
 
 
+def describe_size(n_bytes: int) -> str:
+    """A byte count in the README's units: ``256 KiB``, ``2 MiB``, ``1.5 KiB``, ``900
+    bytes`` (KiB = 1024 bytes). The one place the upload limit is written for people: the
+    form, the error page and the API's message all say the same number."""
+    for unit, size in (("MiB", 1024 * 1024), ("KiB", 1024)):
+        if n_bytes >= size:
+            return f"{n_bytes / size:.4g} {unit}"
+    return f"{n_bytes} bytes"
+
+
 class UploadTooLarge(DomainError):
     """The uploaded file (or the whole request body) exceeds the configured cap."""
 

@@ -5,7 +5,10 @@ submission or for the whole class.
 
 LMS CSV (docs/course.md, "Exports"): every student is a row, those without a submission
 included; ``score`` is the student's grade (late and disqualified work: 0, with what it
-earned in ``late_score`` and ``reason``).
+earned in ``late_score`` and ``reason``). A student who never submitted gets a blank grade
+(not 0: "no grade yet" is not a failing grade) unless staff ask for zeros (``zeros``). A row
+without an e-mail and a roster id cannot be matched by an LMS's import: `unmatchable`
+lists them, and every export answer says how many (the routes' ``X-Export-Warning``).
 
 Gradescope: the format of Gradescope's autograder specification ("Output format" of
 https://gradescope-autograders.readthedocs.io/en/latest/specs/): a top-level ``score`` (which
@@ -26,7 +29,7 @@ from sqlalchemy.orm import Session
 from grader.manifest import MANIFESTS
 from submissions import audit, grades, repository, standings
 from submissions.csv_cells import SafeCsvWriter
-from submissions.models import TERMINAL_STATUSES, Submission, SubmissionStatus
+from submissions.models import TERMINAL_STATUSES, Student, Submission, SubmissionStatus
 from submissions.scoring import WITHHELD_LATE, ZERO, Grade, PointsPolicy, Score
 
 LMS_COLUMNS = (
@@ -41,7 +44,30 @@ def _points(value: float) -> str:
     return f"{value:g}"
 
 
-def lms_csv(session: Session, *, assignment: str, actor: audit.Actor, now: dt.datetime) -> str:
+def unmatchable(session: Session) -> list[Student]:
+    """The enrolled students an LMS's gradebook import cannot match to one of its users:
+    no e-mail and no roster id (Canvas matches on SIS User ID or SIS Login ID, Moodle on
+    the e-mail or ID number; a name alone is not unique). Id order."""
+    return [s for s in repository.list_students(session) if not s.email and not s.external_id]
+
+
+def unmatchable_warning(students: list[Student]) -> str | None:
+    """One ASCII line for a response header (and the exports page) naming the rows an LMS
+    cannot match by student id, or None when every row can be matched."""
+    if not students:
+        return None
+    ids = ", ".join(str(s.id) for s in students[:50])
+    more = f" and {len(students) - 50} more" if len(students) > 50 else ""
+    return (f"{len(students)} student row(s) have no e-mail and no roster id, so an LMS "
+            f"cannot match them: student ids {ids}{more}; add one on the roster")
+
+
+def _no_submission(standing: standings.Standing | None) -> bool:
+    return standing is None or standing.status == standings.NO_SUBMISSION
+
+
+def lms_csv(session: Session, *, assignment: str, actor: audit.Actor, now: dt.datetime,
+            zeros: bool = False) -> str:
     """The LMS gradebook CSV of `assignment` (LMS_COLUMNS, one row per student in id order);
     the export is recorded in the audit log. Every number is the board's grade
     (submissions/standings.py, submissions/scoring.py): what the leaderboard, the pages and
@@ -50,7 +76,8 @@ def lms_csv(session: Session, *, assignment: str, actor: audit.Actor, now: dt.da
     ``status`` is ``ranked``, ``unranked`` (late, disqualified, or the final run's reason;
     ``reason`` says which), ``no_passing_submission`` or ``no_submission``; ``ranking`` is
     ``provisional`` or ``final``; ``late_score`` is what the best late passing submission
-    earned before the late policy.
+    earned before the late policy. A student without a submission has blank points and
+    score unless `zeros` (then 0).
 
     Raises:
         UnknownAssignment: not in the manifest.
@@ -67,14 +94,16 @@ def lms_csv(session: Session, *, assignment: str, actor: audit.Actor, now: dt.da
         grade = standing.grade
         parts = grade.counted if grade is not None else ZERO
         late = grade is not None and grade.withheld == WITHHELD_LATE
+        blank = _no_submission(standing) and not zeros
         row: dict[str, Any] = {
             "student_id": student.id, "name": student.name, "email": student.email or "",
             "id": student.external_id or "",
             "submissions": standing.counts.total, "late_submissions": standing.counts.late,
             "disqualified_submissions": standing.counts.disqualified,
             "status": standing.status, "submission_id": standing.submission_id or "",
-            "correctness_points": _points(parts.correctness),
-            "speed_points": _points(parts.speed), "score": _points(parts.total),
+            "correctness_points": "" if blank else _points(parts.correctness),
+            "speed_points": "" if blank else _points(parts.speed),
+            "score": "" if blank else _points(parts.total),
             "max_score": _points(policy.max_total),
             "ranked_speedup": "" if standing.headline_speedup is None
             else f"{standing.headline_speedup:.6g}",
@@ -86,7 +115,7 @@ def lms_csv(session: Session, *, assignment: str, actor: audit.Actor, now: dt.da
         writer.writerow([row.get(column, "") for column in LMS_COLUMNS])
     audit.record(session, actor=actor, action="export.lms", now=now, target_type="assignment",
                  target_id=assignment, assignment=assignment,
-                 details={"students": len(students), "ranking": board.phase})
+                 details={"students": len(students), "ranking": board.phase, "zeros": zeros})
     return buffer.getvalue()
 
 
@@ -108,12 +137,14 @@ def _boards(session: Session, *, now: dt.datetime) -> list[standings.Board]:
     return [standings.board(session, assignment=name, now=now) for name in MANIFESTS]
 
 
-def canvas_csv(session: Session, *, actor: audit.Actor, now: dt.datetime) -> str:
+def canvas_csv(session: Session, *, actor: audit.Actor, now: dt.datetime,
+               zeros: bool = False) -> str:
     """Every assignment's grade in one CSV that Canvas's gradebook import takes as it is
     (CANVAS_IDENTITY, then one column per assignment, the "Points Possible" row second).
     ``SIS User ID`` is the roster id and ``SIS Login ID`` the e-mail (the Canvas user
     ``ID`` is unknown here and left empty: Canvas matches on either SIS column). Each
-    cell is the grade of submissions/scoring.py (late and disqualified work: 0). Audited.
+    cell is the grade of submissions/scoring.py (late and disqualified work: 0; no
+    submission: blank, or 0 with `zeros`). Audited.
     """
     boards = _boards(session, now=now)
     buffer = io.StringIO()
@@ -124,18 +155,20 @@ def canvas_csv(session: Session, *, actor: audit.Actor, now: dt.datetime) -> str
     students = repository.list_students(session)
     for student in students:
         writer.writerow([student.name, "", student.external_id or "", student.email or "", "",
-                         *(_grade_cell(b, student.id) for b in boards)])
+                         *(_grade_cell(b, student.id, zeros) for b in boards)])
     audit.record(session, actor=actor, action="export.canvas", now=now,
-                 target_type="gradebook", details={"students": len(students),
+                 target_type="gradebook", details={"students": len(students), "zeros": zeros,
                                                    "assignments": [b.assignment.name
                                                                    for b in boards]})
     return buffer.getvalue()
 
 
-def moodle_csv(session: Session, *, actor: audit.Actor, now: dt.datetime) -> str:
+def moodle_csv(session: Session, *, actor: audit.Actor, now: dt.datetime,
+               zeros: bool = False) -> str:
     """Every assignment's grade in one CSV for Moodle's grade import (MOODLE_IDENTITY,
     then ``NAME (Real)`` per assignment, and ``Feedback: NAME`` with the grade as every
-    page writes it, e.g. "0 of 100 (60 before the late policy)"). Audited."""
+    page writes it, e.g. "0 of 100 (60 before the late policy)"; no submission: blank, or
+    0 with `zeros`). Audited."""
     boards = _boards(session, now=now)
     buffer = io.StringIO()
     writer = SafeCsvWriter(buffer)
@@ -145,17 +178,20 @@ def moodle_csv(session: Session, *, actor: audit.Actor, now: dt.datetime) -> str
     students = repository.list_students(session)
     for student in students:
         writer.writerow([student.name, student.email or "", student.external_id or "",
-                         *(_grade_cell(b, student.id) for b in boards),
+                         *(_grade_cell(b, student.id, zeros) for b in boards),
                          *(_feedback(b, student.id) for b in boards)])
     audit.record(session, actor=actor, action="export.moodle", now=now,
-                 target_type="gradebook", details={"students": len(students),
+                 target_type="gradebook", details={"students": len(students), "zeros": zeros,
                                                    "assignments": [b.assignment.name
                                                                    for b in boards]})
     return buffer.getvalue()
 
 
-def _grade_cell(board: standings.Board, student_id: int) -> str:
+def _grade_cell(board: standings.Board, student_id: int, zeros: bool) -> str:
+    """The student's grade; blank for a student who never submitted (unless `zeros`)."""
     standing = board.of_student(student_id)
+    if _no_submission(standing) and not zeros:
+        return ""
     grade = standing.grade if standing is not None else None
     return _points(grade.total if grade is not None else 0.0)
 
@@ -243,8 +279,8 @@ def gradescope_results(
     status_line = (f"{submission.assignment}: {grading.status if grading else 'unknown'}"
                    + (f" ({grading.error_kind}: {grading.error_message})"
                       if grading is not None and grading.error_kind else ""))
-    tests = [_correctness_test(policy, parts, passed and grade is not None
-                               and grade.withheld is None, grading)]
+    tests = [_correctness_test(policy, parts, passed, grading, grade),
+             _policy_test(submission, late=late, due=rules.due_for(submission.student_id))]
     for check in (grading.checks if grading is not None else []):
         tests.append(GradescopeTest(
             name=f"check {check.name}", score=0, max_score=0,
@@ -280,17 +316,42 @@ def gradescope_results(
     return results
 
 
-def _correctness_test(policy: PointsPolicy, parts: Score, passed: bool,
-                      grading: Any) -> GradescopeTest:
+def _correctness_test(policy: PointsPolicy, parts: Score, passed: bool, grading: Any,
+                      grade: Grade | None) -> GradescopeTest:
+    """Passed when every check passed, whatever the lateness: its status follows the checks
+    (issue 38: "failed" beside "12 of 12 checks that ran passed" for late work). Its score
+    is the points counted, so late or disqualified work scores 0 here, and says why; the
+    lateness itself is `_policy_test`."""
     checks = grading.checks if grading is not None else []
     ran = [c for c in checks if not c.skipped]
+    withheld = (f"; {_points(parts.correctness)} points counted ({grade.text()})"
+                if grade is not None and grade.withheld else "")
     return GradescopeTest(
         name="correctness (every check passes)",
         score=parts.correctness,
         max_score=policy.correctness_points,
         status="passed" if passed else "failed",
         output=f"{sum(1 for c in ran if c.passed)} of {len(ran)} checks that ran passed"
-               + (f"; {len(checks) - len(ran)} not run" if len(checks) != len(ran) else ""),
+               + (f"; {len(checks) - len(ran)} not run" if len(checks) != len(ran) else "")
+               + withheld,
+    )
+
+
+def _policy_test(submission: Submission, *, late: bool, due: dt.datetime | None
+                 ) -> GradescopeTest:
+    """The course policy's own test: failed when the upload is late (after the due date in
+    force) or disqualified, saying which; 0 points either way (the points are in the
+    correctness and speed tests)."""
+    problems = []
+    if late:
+        problems.append(f"late: uploaded after the due date in force "
+                        f"({due.isoformat() if due else 'none'}); graded 0, never ranked")
+    if submission.disqualified_at is not None:
+        problems.append(f"disqualified: {submission.disqualified_reason or 'by staff'}")
+    return GradescopeTest(
+        name="on time and not disqualified", score=0, max_score=0,
+        status="failed" if problems else "passed",
+        output="; ".join(problems) or "uploaded on time; not disqualified",
     )
 
 

@@ -27,7 +27,7 @@ from submissions.errors import (
     NoDueDate,
 )
 from submissions.models import TERMINAL_STATUSES, FinalRun, Grading, GradingPurpose
-from submissions.repository import PRIORITY_STAFF
+from submissions.repository import PRIORITY_STAFF, SubmissionVerdict
 
 
 def new_secret_seed() -> int:
@@ -35,11 +35,12 @@ def new_secret_seed() -> int:
     return secrets.randbits(63) or 1
 
 
-def start_final_run(
-    session: Session, *, assignment: str, actor: audit.Actor, now: dt.datetime
-) -> tuple[FinalRun, int]:
-    """Queue the final ranking run of `assignment`; audited (without the seed). Returns
-    the run and the number of students in it. A new run supersedes the previous one.
+def plan_final_run(
+    session: Session, *, assignment: str, now: dt.datetime
+) -> list[SubmissionVerdict]:
+    """The submissions a final run of `assignment` started `now` would re-grade (one per
+    student, best first), after every check `start_final_run` makes; nothing is written.
+    What the confirmation page counts before anything starts.
 
     Raises:
         UnknownAssignment: not in the manifest.
@@ -66,6 +67,19 @@ def start_final_run(
         raise FinalRunInProgress(f"final run {previous.id} of {assignment} has not finished")
     if not entries:
         raise FinalRunEmpty(f"no student has a passing on-time submission of {assignment}")
+    return list(entries)
+
+
+def start_final_run(
+    session: Session, *, assignment: str, actor: audit.Actor, now: dt.datetime
+) -> tuple[FinalRun, int]:
+    """Queue the final ranking run of `assignment`; audited (without the seed). Returns
+    the run and the number of students in it. A new run supersedes the previous one once
+    it has finished (submissions/standings.py).
+
+    Raises: as `plan_final_run`.
+    """
+    entries = plan_final_run(session, assignment=assignment, now=now)
     seed = new_secret_seed()
     run = repository.insert_final_run(session, assignment=assignment, seed=seed,
                                       created_by=actor.label, now=now)

@@ -166,11 +166,9 @@ def preview(session: Session, *, batch_id: int) -> RegradePreview:
     return RegradePreview(batch=batch, comparisons=comparisons)
 
 
-def apply(session: Session, *, batch_id: int, actor: audit.Actor,
-          now: dt.datetime) -> tuple[RegradePreview, list[int]]:
-    """Make every applicable new grading of the batch current; audited. Returns the
-    preview after applying and the ids of the submissions left unchanged (an
-    infrastructure error, or their current grading changed since the regrade was queued).
+def plan_apply(session: Session, *, batch_id: int) -> RegradePreview:
+    """The preview `apply` would apply, after its checks; nothing is written (what the
+    confirmation page counts).
 
     Raises:
         RegradeNotFound: no such batch.
@@ -183,6 +181,21 @@ def apply(session: Session, *, batch_id: int, actor: audit.Actor,
         raise RegradePending(f"{before.pending} grading(s) of regrade {batch_id} have not "
                              "finished; apply when the preview shows none pending",
                              pending=before.pending)
+    return before
+
+
+def apply(session: Session, *, batch_id: int, actor: audit.Actor,
+          now: dt.datetime) -> tuple[RegradePreview, list[int]]:
+    """Make every applicable new grading of the batch current; audited. Returns the
+    preview after applying and the ids of the submissions left unchanged (an
+    infrastructure error, or their current grading changed since the regrade was queued).
+
+    Raises:
+        RegradeNotFound: no such batch.
+        RegradeDecided: it was already applied or discarded.
+        RegradePending: some gradings have not finished.
+    """
+    before = plan_apply(session, batch_id=batch_id)
     if not repository.set_regrade_state(session, batch_id=batch_id, state=RegradeState.APPLIED,
                                         by=actor.label, now=now):
         raise RegradeDecided(f"regrade {batch_id} was decided meanwhile")

@@ -35,6 +35,7 @@ from submissions.errors import (
     SubmissionNotFound,
     UploadEmpty,
     UploadTooLarge,
+    describe_size,
 )
 from submissions.models import Assignment, Student, Submission
 from submissions.settings import Settings
@@ -274,7 +275,8 @@ def validate_source(upload: bytes, *, assignment: AssignmentManifest, max_bytes:
     """
     if len(upload) > max_bytes:
         raise UploadTooLarge(
-            f"the file is larger than {max_bytes} bytes", max_bytes=max_bytes
+            f"the file is larger than the upload limit of {describe_size(max_bytes)}",
+            max_bytes=max_bytes
         )
     try:
         return validate_source_text(upload, assignment)

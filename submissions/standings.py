@@ -8,10 +8,11 @@ Two phases per assignment:
   first). Equal headlines share a rank, and so do passes without a GPU benchmark (after
   every benchmarked one): on a deployment without a GPU every pass ranks 1st. The order
   within a tie (earlier upload first) is for display only.
-- ``final`` (a final ranking run exists; the latest decides): the same submissions
-  re-graded on the run's secret seed, ranked by that run's headline (ties as above). A
-  submission that failed there, or is still waiting, is listed without a rank and with the
-  reason.
+- ``final`` (a final ranking run has finished; the newest finished one decides): the same
+  submissions re-graded on the run's secret seed, ranked by that run's headline (ties as
+  above). A submission that failed there is listed without a rank and with the reason. A
+  run still grading decides nothing yet: the board stays as it was (provisional, or the
+  previous finished run's) and carries the run's progress (`Board.running`, graded N of M).
 
 Every enrolled student has a row; those without a rank say why: ``late``, ``disqualified``,
 no passing submission, no submission, the final run's reason, or a timing taken on another GPU
@@ -23,6 +24,7 @@ the ranked number; late and disqualified work is graded 0 with what it earned be
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
@@ -88,6 +90,21 @@ class SubmissionCounts:
 
 
 @dataclass(frozen=True)
+class RunProgress:
+    """A final run under way: `graded` of its `total` gradings have a verdict."""
+
+    run: FinalRun
+    graded: int
+    total: int
+
+
+def run_progress(run: FinalRun, gradings: Sequence[Grading]) -> RunProgress:
+    """How far `run` is (a grading counts once it reached a terminal status)."""
+    return RunProgress(run=run, total=len(gradings),
+                       graded=sum(g.status in TERMINAL_STATUSES for g in gradings))
+
+
+@dataclass(frozen=True)
 class Board:
     """The standings of one assignment: ranked rows (best first), then unranked ones."""
 
@@ -96,6 +113,9 @@ class Board:
     phase: str
     final_run: FinalRun | None
     standings: list[Standing]
+    #: A final run still grading (it decides once finished; until then the board is the
+    #: previous finished run's, or provisional), with how many of its gradings are done.
+    running: RunProgress | None = None
 
     def of_student(self, student_id: int) -> Standing | None:
         """The student's row, or None."""
@@ -238,7 +258,18 @@ def board(session: Session, *, assignment: str, now: dt.datetime) -> Board:
     students = {s.id: s.name for s in repository.list_students(session)}
     sorted_students = {sid: _sort_student(rules, sid, by_student.get(sid, []))
                        for sid in students}
-    run = repository.latest_final_run(session, assignment=row.name)
+    # The newest finished final run decides; one still grading is shown as progress only,
+    # so the board never says "final" over rows that are all pending (issue 38).
+    run: FinalRun | None = None
+    run_gradings: Sequence[Grading] = ()
+    running: RunProgress | None = None
+    for candidate in repository.list_final_runs(session, assignment=row.name):
+        gradings = repository.final_run_gradings(session, final_run_id=candidate.id)
+        progress = run_progress(candidate, gradings)
+        if progress.graded == progress.total:
+            run, run_gradings = candidate, gradings
+            break
+        running = running or progress
     ranked: list[tuple[tuple, Standing]] = []
     unranked: list[Standing] = []
     if run is None:
@@ -255,11 +286,12 @@ def board(session: Session, *, assignment: str, now: dt.datetime) -> Board:
                 grade=rules.grade_of_verdict(best), counts=student.counts)))
         ranked, other_gpus = _on_one_gpu(ranked)
         return Board(assignment=row, rules=rules, phase=PROVISIONAL, final_run=None,
-                     standings=_ranked(ranked) + _unranked_order(unranked + other_gpus))
+                     standings=_ranked(ranked) + _unranked_order(unranked + other_gpus),
+                     running=running)
 
     by_submission = {v.submission_id: v for v in verdicts}
     in_run: set[int] = set()
-    for grading in repository.final_run_gradings(session, final_run_id=run.id):
+    for grading in run_gradings:
         verdict = by_submission.get(grading.submission_id)
         if verdict is None:
             continue
@@ -304,7 +336,8 @@ def board(session: Session, *, assignment: str, now: dt.datetime) -> Board:
             unranked.append(_unranked(student, students[sid], sid, rules))
     ranked, other_gpus = _on_one_gpu(ranked)
     return Board(assignment=row, rules=rules, phase=FINAL, final_run=run,
-                 standings=_ranked(ranked) + _unranked_order(unranked + other_gpus))
+                 standings=_ranked(ranked) + _unranked_order(unranked + other_gpus),
+                 running=running)
 
 
 def _unranked_order(rows: list[Standing]) -> list[Standing]:

@@ -12,7 +12,7 @@ import math
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import jinja2
 from fastapi import Request
@@ -23,7 +23,7 @@ from fastapi.routing import APIRoute
 from api.pages.charts import format_time
 from api.pages.security import SignInRequired, Viewer, clear_session_cookie
 from grader.speed import format_ceiling, format_fraction, format_rate
-from submissions.errors import DomainError
+from submissions.errors import DomainError, UploadTooLarge, describe_size
 
 logger = logging.getLogger("api.pages")
 
@@ -98,7 +98,7 @@ def _environment() -> jinja2.Environment:
     )
     env.filters.update(utc=utc, iso=iso, number=number, speedup=speedup, points=points,
                        urlquote=lambda text: quote(str(text), safe=""), duration=duration,
-                       fraction=format_fraction, rate=format_rate, ceiling=format_ceiling)
+                       fraction=format_fraction, rate=format_rate, ceiling=format_ceiling, size=describe_size)
     return env
 
 
@@ -111,6 +111,24 @@ def render(request: Request, template: str, *, viewer: Viewer | None, status_cod
     html = ENVIRONMENT.get_template(template).render(
         request=request, viewer=viewer, path=request.url.path, **context)
     return HTMLResponse(html, status_code=status_code, headers={**PAGE_HEADERS, **(headers or {})})
+
+
+#: The form field that confirms an irreversible action: its first POST (without it) answers
+#: the confirmation page, which posts the same form again with ``confirm=yes``. A page, not
+#: a script's confirm(): it works without JavaScript and says what changes, for how many.
+CONFIRM_FIELD = "confirm"
+
+
+def confirm_page(request: Request, viewer: Viewer, *, title: str, changes: list[str],
+                 students: int, action: str, button: str, back: str,
+                 fields: dict[str, str] | None = None,
+                 count_label: str = "Students affected") -> HTMLResponse:
+    """The page asking before `action` (a POST path) runs: what it `changes`, how many
+    `students` it affects (or what `count_label` counts), the button that does it and the
+    way back (`back`)."""
+    return render(request, "confirm.html", viewer=viewer, title=title, changes=changes,
+                  students=students, action=action, button=button, back=back,
+                  fields=fields or {}, count_label=count_label)
 
 
 def redirect(url: str) -> RedirectResponse:
@@ -131,6 +149,8 @@ def sign_in_redirect(request: Request, *, stale: bool) -> Response:
     here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     target = "/sign-in" if request.method != "GET" or here == "/" else (
         f"/sign-in?next={quote(here, safe='')}")
+    if stale:  # the sign-in page says why (a rotated token), not just "sign in"
+        target = _with_reason(target, "token_replaced")
     if request.headers.get("HX-Request"):
         response: Response = Response(status_code=204, headers={"HX-Redirect": target})
     else:
@@ -140,10 +160,44 @@ def sign_in_redirect(request: Request, *, stale: bool) -> Response:
     return response
 
 
+def _with_reason(target: str, reason: str) -> str:
+    return f"{target}{'&' if '?' in target else '?'}why={reason}"
+
+
+#: Where a refused form came from, when the browser does not say: the page whose form
+#: posts to that path (a POST-only path has no page of its own).
+FORM_PAGES = {"/submit": "/submit", "/staff/students/import": "/staff/students"}
+
+
+def way_back(request: Request) -> str:
+    """The page to go back to after an error: the same site's page that sent the request
+    (``Referer``: pages send it to their own origin only), else the form's page, else home."""
+    referer = urlsplit(request.headers.get("referer", ""))
+    here = request.url
+    if referer.netloc == here.netloc and referer.scheme == here.scheme and referer.path:
+        target = referer.path + (f"?{referer.query}" if referer.query else "")
+        if safe_next(target) == target:
+            return target
+    return FORM_PAGES.get(request.url.path, "/")
+
+
 def error_page(request: Request, *, status_code: int, code: str, message: str,
-               headers: dict[str, str] | None = None) -> HTMLResponse:
+               headers: dict[str, str] | None = None, limit: str | None = None
+               ) -> HTMLResponse:
+    """The site's error page: what happened (`message`, `code`), the limit broken if one
+    was (`limit`, in the README's units) and the way back to where the request came from."""
     return render(request, "error.html", viewer=None, status_code=status_code, headers=headers,
-                  code=code, message=message)
+                  code=code, message=message, limit=limit, back=way_back(request))
+
+
+def too_large_page(scope: dict[str, Any], *, code: str, message: str, limit_bytes: int,
+                   sent_bytes: int | None, headers: dict[str, str]) -> HTMLResponse:
+    """The 413 page a form gets when its body is over the route's cap (api/guard.py answers
+    before the route runs, so this builds its own request from the ASGI scope)."""
+    request = Request(scope)
+    sent = f"; this one was about {describe_size(sent_bytes)}" if sent_bytes else ""
+    return error_page(request, status_code=413, code=code, message=message, headers=headers,
+                      limit=f"The limit is {describe_size(limit_bytes)}{sent}.")
 
 
 class PageRoute(APIRoute):
@@ -162,9 +216,12 @@ class PageRoute(APIRoute):
                 return sign_in_redirect(request, stale=exc.stale)
             except DomainError as exc:
                 retry = getattr(exc, "retry_after_s", None)
+                limit = exc.details.get("max_bytes") if isinstance(exc, UploadTooLarge) else None
                 return error_page(request, status_code=exc.http_status, code=exc.code,
                                   message=exc.message,
-                                  headers={"Retry-After": str(retry)} if retry else None)
+                                  headers={"Retry-After": str(retry)} if retry else None,
+                                  limit=f"The limit is {describe_size(limit)}."
+                                  if isinstance(limit, int) else None)
             except RequestValidationError as exc:
                 problems = "; ".join(
                     f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}"

@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, status
 from fastapi.responses import Response
+from sqlalchemy.orm import Session
 
 from api.bodies import CSV_OPENAPI, CsvBody
 from api.deps import (
@@ -42,6 +43,14 @@ from submissions import (
     standings,
 )
 from submissions.models import Extension, FinalRun, Grading
+
+#: The response header naming gradebook rows an LMS cannot match (exports.unmatchable).
+EXPORT_WARNING_HEADER = "X-Export-Warning"
+_WARNING_HEADERS = {EXPORT_WARNING_HEADER: {
+    "description": "present when some rows have no e-mail and no roster id, so an LMS cannot "
+                   "match them: how many, and their student ids", "schema": {"type": "string"}}}
+ZerosQuery = Annotated[bool, Query(description="give students who never submitted 0 "
+                                               "(default: a blank cell, no grade yet)")]
 
 router = APIRouter(prefix="/api/v1/assignments", tags=["assignments"])
 
@@ -125,18 +134,21 @@ def read_final_run(name: AssignmentName, _: StaffOnly, session: SessionDep) -> F
 
 
 @router.get("/{name}/export/lms", response_class=Response, responses={
-    200: {"content": {"text/csv": {}}, "description": "one row per enrolled student: "
+    200: {"content": {"text/csv": {}}, "headers": _WARNING_HEADERS,
+          "description": "one row per enrolled student: "
           "student_id,name,email,id,submissions,late_submissions,disqualified_submissions,"
           "status,submission_id,correctness_points,speed_points,score,max_score,"
           "ranked_speedup,rank,ranking,reason,late_submission_id,late_score"},
     **_UNKNOWN})
 def export_lms(name: AssignmentName, principal: StaffOnly, session: SessionDep,
-               now: NowDep) -> Response:
+               now: NowDep, zeros: ZerosQuery = False) -> Response:
     """The gradebook for an LMS (staff): one row per student, with no submission, late or
-    disqualified ones included; the score and its parts (docs/course.md)."""
-    text = exports.lms_csv(session, assignment=name, actor=principal.actor, now=now)
-    return Response(text, media_type="text/csv; charset=utf-8",
-                    headers={"Content-Disposition": f'attachment; filename="grades-{name}.csv"'})
+    disqualified ones included; the score and its parts (docs/course.md). A student who
+    never submitted has a blank score unless `zeros`. `X-Export-Warning` names the rows
+    an LMS cannot match (no e-mail, no roster id)."""
+    text = exports.lms_csv(session, assignment=name, actor=principal.actor, now=now,
+                           zeros=zeros)
+    return _csv_download(text, f"grades-{name}.csv", session)
 
 
 # --------------------------------------------------------------------------- extensions
@@ -209,27 +221,38 @@ def import_extensions(name: AssignmentName, text: CsvBody, principal: Instructor
 # ------------------------------------------------------------------ course-wide exports
 
 
-def _csv_download(text: str, filename: str) -> Response:
-    return Response(text, media_type="text/csv; charset=utf-8",
-                    headers={"Content-Disposition": f'attachment; filename="{filename}"'})
+def _csv_download(text: str, filename: str, session: Session) -> Response:
+    """A gradebook CSV download, with ``X-Export-Warning`` when some rows cannot be matched
+    by an LMS (exports.unmatchable)."""
+    headers = {"Content-Disposition": f'attachment; filename="{filename}"'}
+    warning = exports.unmatchable_warning(exports.unmatchable(session))
+    if warning:
+        headers[EXPORT_WARNING_HEADER] = warning
+    return Response(text, media_type="text/csv; charset=utf-8", headers=headers)
 
 
 @router.get("/export/canvas", response_class=Response, responses={
-    200: {"content": {"text/csv": {}}, "description": "Student,ID,SIS User ID,SIS Login ID,"
+    200: {"content": {"text/csv": {}}, "headers": _WARNING_HEADERS,
+          "description": "Student,ID,SIS User ID,SIS Login ID,"
           "Section, then one column per assignment; the second row is Points Possible"}})
-def export_canvas(principal: StaffOnly, session: SessionDep, now: NowDep) -> Response:
-    """Every assignment's grade in one CSV for Canvas's gradebook import (staff; audited)."""
-    return _csv_download(exports.canvas_csv(session, actor=principal.actor, now=now),
-                         "grades-canvas.csv")
+def export_canvas(principal: StaffOnly, session: SessionDep, now: NowDep,
+                  zeros: ZerosQuery = False) -> Response:
+    """Every assignment's grade in one CSV for Canvas's gradebook import (staff; audited);
+    blank for a student who never submitted unless `zeros`."""
+    return _csv_download(exports.canvas_csv(session, actor=principal.actor, now=now,
+                                            zeros=zeros), "grades-canvas.csv", session)
 
 
 @router.get("/export/moodle", response_class=Response, responses={
-    200: {"content": {"text/csv": {}}, "description": "Full name,Email address,ID number, "
+    200: {"content": {"text/csv": {}}, "headers": _WARNING_HEADERS,
+          "description": "Full name,Email address,ID number, "
           "then NAME (Real) and Feedback: NAME per assignment"}})
-def export_moodle(principal: StaffOnly, session: SessionDep, now: NowDep) -> Response:
-    """Every assignment's grade in one CSV for Moodle's grade import (staff; audited)."""
-    return _csv_download(exports.moodle_csv(session, actor=principal.actor, now=now),
-                         "grades-moodle.csv")
+def export_moodle(principal: StaffOnly, session: SessionDep, now: NowDep,
+                  zeros: ZerosQuery = False) -> Response:
+    """Every assignment's grade in one CSV for Moodle's grade import (staff; audited);
+    blank for a student who never submitted unless `zeros`."""
+    return _csv_download(exports.moodle_csv(session, actor=principal.actor, now=now,
+                                            zeros=zeros), "grades-moodle.csv", session)
 
 
 @router.get("/{name}/export/gradescope", response_model=exports.GradescopeClassExport,

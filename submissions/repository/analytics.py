@@ -27,6 +27,7 @@ class CheckVerdictRow:
     skipped: bool
     message: str | None
     numbers: dict[str, Any] | None
+    student_id: int = 0  # last, with a default: rows built positionally keep their meaning
 
 
 def current_check_verdicts(session: Session, *, assignment: str) -> list[CheckVerdictRow]:
@@ -36,7 +37,8 @@ def current_check_verdicts(session: Session, *, assignment: str) -> list[CheckVe
     position."""
     rows = session.execute(
         select(Submission.id, Submission.created_at, CheckVerdict.position, CheckVerdict.name,
-               CheckVerdict.passed, CheckVerdict.skipped, CheckVerdict.message, CheckVerdict.numbers)
+               CheckVerdict.passed, CheckVerdict.skipped, CheckVerdict.message, CheckVerdict.numbers,
+               Submission.student_id)
         .join(Grading, Grading.submission_id == Submission.id)
         .join(CheckVerdict, CheckVerdict.grading_id == Grading.id)
         .where(Submission.assignment == assignment, Grading.is_current.is_(True),

@@ -112,14 +112,50 @@ def test_the_wait_shows_the_queue_position_then_the_time_running_and_its_limit()
     running = _submission(status="running", result=None, score=None,
                           progress={"phase": "running", "elapsed_s": 40.2, "limit_s": 1800})
     assert progress_line(running, waited_s=50) == (
-        "running: the checks, then on a GPU the benchmark (attempt 1; 40 s of at most 1800 s)")
+        "running: the checks, then on a GPU the benchmark (attempt 1; 40 s of the 1800 s a whole "
+        "grading may take)")
     older_server = _submission(status="running", result=None, score=None)
     assert progress_line(older_server, waited_s=7) == "running (attempt 1) ... 7 s"
     compiling = _submission(status="running", result=None, score=None,
                             progress={"phase": "running", "elapsed_s": 9.6, "limit_s": 1800, "stage": "compiling",
                                       "stage_label": "compiling your kernels", "stage_elapsed_s": 3.0})
     assert progress_line(compiling, waited_s=11) == (
-        "running: compiling your kernels (attempt 1; 10 s of at most 1800 s)")
+        "running: compiling your kernels (attempt 1; 10 s of the 1800 s a whole grading may take)")
+
+
+def test_the_wait_asks_for_the_queue_place_at_once_then_long_polls(monkeypatch) -> None:
+    """Issue 38: the first read was a 30 s long-poll, so a queued upload showed "waiting for
+    a worker..." for 30 s. The first read answers at once with the queue place."""
+    from client.cli import wait_for_verdict
+
+    monkeypatch.setattr(http.time, "sleep", lambda _s: None)
+    asked: list[str | None] = []
+    queued = _submission(status="queued", result=None, score=None, finished_at=None,
+                         progress={"phase": "queued", "queue_position": 4})
+    done = _submission()
+
+    def server(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.params.get("wait"))
+        body = queued if len(asked) < 3 else done
+        return httpx.Response(200, content=body.model_dump_json())
+
+    shown = []
+    console = Console(file=io.StringIO())
+    client = ServiceClient("http://grader.test", "tok", transport=httpx.MockTransport(server))
+    original = console.status
+
+    def status(text, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        shown.append(text)
+        live = original(text, **kwargs)
+        update = live.update
+        live.update = lambda text=None, **k: (shown.append(text), update(text, **k))
+        return live
+
+    monkeypatch.setattr(console, "status", status)
+    result = wait_for_verdict(client, console, 7, timeout_s=600, poll_interval_s=0)
+    assert result is not None and result.status == "passed"
+    assert asked == ["0", "30", "30"]
+    assert shown[1].startswith("queued (number 4 in the queue)")  # after the first, instant read
 
 
 def test_a_fetched_failed_report_links_its_first_check_to_the_services_page() -> None:

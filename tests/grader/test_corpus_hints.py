@@ -26,12 +26,14 @@ from grading_support import (
     summary,
 )
 from test_corpora import key, submit_all
+from test_corpora import settings as corpus_settings
 
 from grader.assignments.softmax_backward import checks as softmax_checks
 from grader.contract import CheckOutcome, ResultDocument, summarize
 from grader.evaluate import diagnose_coverage
 from grader.manifest import MANIFESTS
 from grader.plan import CheckEvidence
+from grader.report import failing_input
 
 ASSIGNMENTS = tuple(MANIFESTS)
 
@@ -79,6 +81,47 @@ def test_the_first_hint_names_the_files_bug_and_no_other(name: str, path: Path, 
         assert phrase.lower() in hint, f"{shown.check}'s hint does not name {phrase!r}: {shown.hint!r}"
     named = {other for other in _other_phrases(name, path) if other in hint}
     assert not named, f"{shown.check}'s hint names {named}, bugs {path.name} does not have: {shown.hint!r}"
+
+
+def _stored(gradings, name: str, stem: str) -> ResultDocument:
+    """One wrong file's result document as the service stores it (JSON and back). Only that
+    file is queued (under test_corpora's key and settings: a session that grades the whole
+    corpus grades it once), so these tests alone cost a few gradings."""
+    path = TESTS_DIR / "corpus" / name / "wrong" / f"{stem}.py"
+    gradings.submit(key(name, path), path, assignment=name,
+                    grader_settings=corpus_settings(child_timeout_s=900))
+    document = gradings.result(key(name, path))
+    return ResultDocument.model_validate_json(ResultDocument.model_validate(document).to_json())
+
+
+@requires_bwrap
+def test_the_ignore_index_bugs_replay_row_blames_the_kernel_not_the_wrappers_checks(gradings):
+    """Issue 38: the row blamed PyTorch operators outside Triton: the wrapper's target check,
+    which the reference does too. The launches did all the work; they were right only for
+    calls without an ignored row."""
+    stored = _stored(gradings, "softmax_cross_entropy_backward", "ignores_ignore_index")
+    row = next(c for c in stored.checks if c.name == "triton_kernel")
+    assert not row.passed and "outside Triton" not in row.message, row.message
+    assert "right only for the inputs of these calls" in row.details["hint"]
+    # A count made with PyTorch is still named as such.
+    counted = _stored(gradings, "softmax_cross_entropy_backward", "n_valid_from_torch")
+    row = next(c for c in counted.checks if c.name == "triton_kernel")
+    assert "PyTorch operators outside Triton (sum" in row.message, row.message
+
+
+@requires_bwrap
+def test_the_layernorm_dw_bugs_hint_names_it(gradings):
+    """Issue 38: the dw-from-x bug's hint restated the formula; it names the bug."""
+    stored = _stored(gradings, "layernorm_backward", "dw_uses_x")
+    assert "Your dw matches sum over rows of dy * x, the raw input" in (stored.summary.hint or "")
+
+
+@requires_bwrap
+def test_the_gemm_overflow_bugs_summary_shows_the_tables_nan(gradings):
+    """Issue 38: the stored report's summary said `got ?` where its table said `nan`."""
+    stored = _stored(gradings, "gemm_epilogue", "unstable_tanh")
+    first = next(c for c in stored.checks if c.name == stored.summary.check)
+    assert "got nan" in failing_input(stored.summary) and "got nan" in first.message
 
 
 # ---- the diagnoses behind the hints, on made-up outputs (no child process) ------------------------

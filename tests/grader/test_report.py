@@ -53,7 +53,19 @@ def test_cli_prints_the_summary_first_and_quiet_prints_one_line() -> None:
     assert _printed(document, quiet=True) == document.summary.line + "\n"
 
 
-def test_the_smallest_failing_input_is_the_one_shown() -> None:
+def test_a_nan_output_reads_the_same_in_the_summary_and_the_table() -> None:
+    """Issue 38: the GEMM tanh-overflow bug's stored report said `got ?` in its summary where
+    the table said `nan` (a stored NaN in `details` reads back as the text "NaN").
+    unstable_tanh.json: tests/corpus/gemm_epilogue/wrong/unstable_tanh.py as `grader check
+    --device cpu --json` wrote it."""
+    stored = ResultDocument.model_validate_json((DOCUMENTS / "unstable_tanh.json").read_text())
+    first = next(c for c in stored.checks if c.name == stored.summary.check)
+    assert first.details["failure"]["got"] == "NaN"  # as stored
+    assert math.isnan(stored.summary.got)
+    text = _printed(stored)
+    assert "got nan, expected 63.8516" in text and "got ?" not in text
+    assert "got nan" in first.message  # the table's row writes it the same way
+
     # half_precision compares (4,1000), (3,4097), (4,65536), (4,4096), (1,65536) in fp16 and bf16.
     summary = summarize(_document("half_precision_dot"))
     assert (summary.check, summary.input) == ("half_precision", "(4, 1000) float16")

@@ -208,7 +208,13 @@ def test_instructor_regrades_with_a_preview_and_changes_settings(
     instructor.shot("regrade-preview")
     assert_accessible(instructor, "regrade-preview")
     page.get_by_role("button", name=re.compile("Apply regrade")).click()
-    page.wait_for_url(re.compile(r"\?done=applied$"))
+    # It asks first, saying how many submissions and students change.
+    assert "Apply regrade" in page.locator("h1").inner_text()
+    assert page.locator("#confirm-count").inner_text() == "1"
+    assert_accessible(instructor, "regrade-confirm")
+    page.get_by_role("button", name=re.compile("Apply regrade")).click()
+    page.wait_for_url(re.compile(r"\?done=applied&applied=1&unchanged=0$"))
+    assert "the new gradings of 1 submission(s) now count" in page.get_by_role("status").first.inner_text()
     assert "yes" in page.locator("table.regrade tbody tr td").nth(7).inner_text()
 
     instructor.goto("/staff/assignments/softmax_backward")
@@ -323,6 +329,109 @@ def test_api_reference_renders_with_the_network_off(pages_factory: Any, server: 
     assert elsewhere == [], f"requests left this server: {elsewhere}"
 
 
+def test_a_1_mb_upload_is_refused_with_the_limit_and_the_file_kept(
+        pages_factory: Any, server: Any, tmp_path: Path) -> None:
+    """Issue 38: a 1 MB web upload showed raw JSON with a limit the README does not name.
+    With JavaScript the form refuses it before sending and keeps the file chosen; without,
+    the server's answer is a page of the site with the limit (256 KiB) and the way back."""
+    _, token = server.create_student("mb-uploader")
+    big = tmp_path / "softmax_backward.py"
+    big.write_text(kernel("verdict=passed") + "#" * 1_000_000 + "\n")
+
+    student = pages_factory()
+    page = student.page
+    student.sign_in(token)
+    student.goto("/submit")
+    field = page.get_by_label(re.compile("Your Python file"))
+    assert "(at most 256 KiB)" in page.locator("label[for=file]").inner_text()
+    field.set_input_files(str(big))
+    said = page.locator("#file-size-error")
+    assert said.is_visible() and "larger than the upload limit of 256 KiB" in said.inner_text()
+    page.get_by_role("button", name="Upload and grade").click()
+    assert page.url.endswith("/submit")  # not sent
+    assert page.evaluate("document.getElementById('file').files.length") == 1  # still chosen
+    student.shot("upload-too-large-js")
+    assert_accessible(student, "upload-too-large-js")
+
+    plain = pages_factory(java_script_enabled=False)
+    plain.sign_in(token)
+    plain.goto("/submit")
+    plain.page.get_by_label(re.compile("Your Python file")).set_input_files(str(big))
+    with plain.page.expect_response(re.compile(r"/submit$")) as answer:
+        plain.page.get_by_role("button", name="Upload and grade").click()
+    assert answer.value.status == 413
+    main = plain.page.locator("main").inner_text()
+    assert "the file is larger than the upload limit of 256 KiB" in main
+    assert "The limit is 256 KiB; this one was about" in main
+    plain.shot("upload-too-large-page")  # (axe needs scripts: error.html is checked above)
+    plain.page.get_by_role("link", name="Back to the page you came from").click()
+    plain.page.wait_for_url(re.compile(r"/submit$"))
+    assert server.api("GET", "/api/v1/submissions", token)["submissions"] == []
+
+
+def test_a_signed_out_student_is_told_why(pages_factory: Any, server: Any) -> None:
+    student_id, token = server.create_student("rotated-rita")
+    student = pages_factory()
+    student.sign_in(token)
+    server.api("POST", f"/api/v1/students/{student_id}/token")
+    student.goto("/submissions")
+    assert "/sign-in?" in student.page.url
+    assert "Staff replaced (rotated) it" in student.page.locator("#sign-in-reason").inner_text()
+    assert_accessible(student, "signed-out")
+
+
+def _phone_pages(server: Any) -> tuple[str, list[str], list[str]]:
+    """A course with something in every table (long names and hints included): the
+    student's token, the student's pages with a table and the staff's."""
+    long_name = "Maximiliane Wolkenstein-Oberhausen-Hohenberg"
+    student_id, token = server.create_student(long_name)
+    passed = server.upload(token, kernel("speedup=3.25 bench_rows=2"))
+    server.wait_final(passed)
+    failed = server.upload(token, kernel("document=flipped_sign"))
+    server.wait_final(failed)
+    server.create_staff("Bartholomew Teaching-Assistant", "ta")
+    regrade = server.api("POST", "/api/v1/regrades",
+                         json={"assignment": "softmax_backward", "submission_ids": [passed]})
+    server.api("PUT", f"/api/v1/assignments/layernorm_backward/extensions/{student_id}",
+               json={"due_at": "2031-02-01T12:00:00Z", "reason": "a long accommodation " * 4})
+    student_paths = ["/", "/submissions", "/leaderboard", f"/submissions/{failed}", "/checks"]
+    staff_paths = ["/", "/submissions", "/leaderboard", f"/submissions/{passed}",
+                   "/staff/students", f"/staff/students/{student_id}", "/staff/staff",
+                   "/staff/extensions?assignment=layernorm_backward", "/staff/regrades",
+                   f"/staff/regrades/{regrade['id']}", "/staff/audit", "/staff/analytics"]
+    return token, student_paths, staff_paths
+
+
+def test_every_page_with_a_table_fits_a_phone(pages_factory: Any, server: Any) -> None:
+    """Issue 38: History, home, leaderboard and staff tables were 195-653 px wider than a
+    390 px screen. At 390 px nothing is wider than the screen, and the History page's
+    status and score are on it."""
+    token, student_paths, staff_paths = _phone_pages(server)
+    for who, signed_in, paths in (("student", token, student_paths),
+                                  ("staff", INSTRUCTOR_TOKEN, staff_paths)):
+        pages = pages_factory()
+        page = pages.page
+        page.set_viewport_size({"width": 390, "height": 844})
+        pages.sign_in(signed_in)
+        for path in paths:
+            pages.goto(path)
+            assert page.locator("table").count() >= 1, path
+            width = page.evaluate("document.documentElement.scrollWidth")
+            assert width <= 390, f"{who} {path}: {width} px wide at 390"
+            name = re.sub(r"[^a-z0-9]+", "-", f"{who}{path}").strip("-")
+            # The first screen only: a full-page shot of /checks (long, at 390 px) can take
+            # longer than Playwright's 30 s on a busy machine.
+            page.screenshot(path=str(pages.screenshots / f"{pages.test_name}-390-{name}.png"))
+        if who == "student":
+            pages.goto("/submissions")
+            first = page.locator("table.stack tbody tr").first
+            for label in ("Status", "Score"):
+                cell = first.locator(f"td[data-label={label}]")
+                box = cell.bounding_box()
+                assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390
+            assert_accessible(pages, "history-390")
+
+
 def test_instructor_walks_a_term_on_the_staff_pages(
         pages_factory: Any, server: Any, tmp_path: Path) -> None:
     """Roster import (tokens downloaded once), uploads, a due date moved into the past
@@ -335,7 +444,8 @@ def test_instructor_walks_a_term_on_the_staff_pages(
     import time
 
     name = "softmax_cross_entropy_backward"
-    source = ("# fake-grader: verdict=passed\n"
+    # sleep=3: the final run's grading takes seconds, so its progress can be seen.
+    source = ("# fake-grader: verdict=passed sleep=3\n"
               "def softmax_cross_entropy_backward(x, t, grad):\n    return x\n")
     soon = (dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)).isoformat()
     server.api("PATCH", f"/api/v1/assignments/{name}", json={"due_at": soon})
@@ -347,15 +457,32 @@ def test_instructor_walks_a_term_on_the_staff_pages(
     assert_accessible(instructor, "roster")
     page.get_by_label("Roster CSV").fill("name,email,id\nterm-ann,ann@example.edu,t1\n"
                                          ",nobody@example.edu,t2\nterm-ben,ben-at-example,t3\n")
-    page.get_by_role("button", name="Import and download tokens").click()
+    page.get_by_role("button", name="Import roster").click()
     alert = page.get_by_role("alert").inner_text()
     assert "line 3:" in alert and "line 4:" in alert  # every bad row at once
-    page.get_by_label("Roster CSV").fill("name,email,id\nterm-ann,ann@example.edu,t1\n"
-                                         "term-ben,ben@example.edu,t3\n")
+    good = "name,email,id\nterm-ann,ann@example.edu,t1\nterm-ben,ben@example.edu,t3\n"
+    page.get_by_label("Roster CSV").fill(good)
+    page.get_by_role("button", name="Import roster").click()
+    # The page reports what it did, shows the new table and clears the box; the tokens
+    # are shown once, with their download.
+    done = page.locator("#import-done").inner_text()
+    assert "Imported 2 row(s): 2 new student(s) created" in done
+    assert "Tokens are shown once." in done
+    assert page.get_by_label("Roster CSV").input_value() == ""
+    assert page.locator("table.stack tbody tr", has_text="term-ben").count() == 1
+    instructor.shot("roster-imported")
+    assert_accessible(instructor, "roster-imported")
     with page.expect_download() as download:
-        page.get_by_role("button", name="Import and download tokens").click()
+        page.locator("#tokens-download").click()
+    assert download.value.suggested_filename == "tokens.csv"
     saved = tmp_path / "tokens.csv"
     download.value.save_as(saved)
+    # Importing the same roster again: no file of empty token cells, but why there is none.
+    page.get_by_label("Roster CSV").fill(good)
+    page.get_by_role("button", name="Import roster").click()
+    assert "2 already enrolled" in page.locator("#import-done").inner_text()
+    assert "No new student, so no token to download" in page.locator("#no-new-tokens").inner_text()
+    assert page.locator("#tokens-download").count() == 0
     rows = {r["name"]: r for r in csv.DictReader(io.StringIO(saved.read_text()))}
     uploads = {}
     for student in ("term-ann", "term-ben"):
@@ -399,11 +526,28 @@ def test_instructor_walks_a_term_on_the_staff_pages(
         time.sleep(0.2)
     instructor.goto(f"/staff/assignments/{name}")
     page.get_by_role("button", name="Start the final ranking run").click()
-    page.wait_for_url(re.compile(r"\?done=final_run$"))
-    deadline = time.monotonic() + 60
-    while not server.api("GET", f"/api/v1/assignments/{name}")["final_run"]["finished"]:
-        assert time.monotonic() < deadline, "the final run did not finish"
-        time.sleep(0.3)
+    # It asks first: how many students it re-grades (Ann: Ben's upload is late); nothing
+    # has started yet.
+    assert page.locator("#confirm-count").inner_text() == "1"
+    assert "Nothing has changed yet" in page.locator("#confirm-what").inner_text()
+    assert server.api("GET", f"/api/v1/assignments/{name}")["final_run"] is None
+    assert_accessible(instructor, "final-run-confirm")
+    page.get_by_role("button", name="Start the final ranking run now").click()
+    page.wait_for_url(re.compile(r"\?done=final_run(#final-run)?$"))
+    # Its progress (graded N of M) refreshes by itself; the start button is gone meanwhile,
+    # and the board says final only once every grading is done.
+    progress = page.locator("#final-run-progress")
+    assert "graded 0 of 1;" in progress.inner_text(), progress.inner_text()
+    assert page.get_by_role("button", name=re.compile("final ranking run")).count() == 0
+    instructor.shot("final-run-progress")
+    assert_accessible(instructor, "final-run-progress")
+    board = instructor.context.new_page()
+    board.goto(f"{server.url}/leaderboard?assignment={name}")
+    assert "(provisional)" in board.locator("h1").inner_text()
+    assert "grading: 0 of 1 done" in board.locator("#final-run-running").inner_text()
+    board.close()
+    page.get_by_text("finished, graded 1 of 1").wait_for(timeout=60_000)
+    assert server.api("GET", f"/api/v1/assignments/{name}")["final_run"]["finished"]
     instructor.goto(f"/leaderboard?assignment={name}")
     assert "(final)" in page.locator("h1").inner_text()
     assert page.locator("table.board tbody tr", has_text="term-ann").count() == 1
@@ -411,7 +555,10 @@ def test_instructor_walks_a_term_on_the_staff_pages(
     assert_accessible(instructor, "final-board")
 
     # The Canvas gradebook carries the same grades.
+    # A student without e-mail or roster id: the exports page names the row no LMS can match.
+    server.create_student("term-cal")
     instructor.goto("/staff/exports")
+    assert "term-cal" in page.locator("#unmatchable").inner_text()
     assert_accessible(instructor, "exports-all")
     with page.expect_download() as download:
         page.get_by_role("button", name="Download Canvas CSV").click()
@@ -420,6 +567,7 @@ def test_instructor_walks_a_term_on_the_staff_pages(
     grades = {r["Student"]: r[name] for r in csv.DictReader(io.StringIO(canvas.read_text()))}
     assert grades["Points Possible"] == "100"
     assert (grades["term-ann"], grades["term-ben"]) == ("100", "0")
+    assert grades["term-cal"] == ""  # never submitted: blank, not 0
 
 
 def _overflow_px(page: Any) -> int:

@@ -104,8 +104,14 @@ def test_a_term_with_the_course_commands(tmp_path: Path) -> None:
 
         # Exports: the LMS CSV (Cleo never submitted) and Gradescope results.
         grades = tmp_path / "grades.csv"
-        course("export-lms", "softmax_backward", "--output", str(grades), as_env=ta)
+        said = course("export-lms", "softmax_backward", "--output", str(grades), as_env=ta)
         rows = {r["name"]: r for r in csv.DictReader(io.StringIO(grades.read_text()))}
+        unmatched = [name for name, r in rows.items() if not r["email"] and not r["id"]]
+        assert ("warning:" in said) == bool(unmatched), said
+        assert rows["Cleo"]["score"] == ""  # never submitted: blank, 0 with --zeros
+        course("export-lms", "softmax_backward", "--output", str(grades), "--zeros", as_env=ta)
+        assert {r["name"]: r["score"] for r in csv.DictReader(
+            io.StringIO(grades.read_text()))}["Cleo"] == "0"
         assert (rows["Alan"]["rank"], rows["Alan"]["score"], rows["Alan"]["ranking"]) == (
             "1", "100", "final")
         assert (rows["Barbara"]["rank"], rows["Barbara"]["score"]) == ("2", "70")

@@ -46,12 +46,24 @@ def read_home(request: Request, viewer: ViewerDep, session: SessionDep, settings
                   names=names)
 
 
+#: Why a browser was sent to sign in (``?why=``), as the sign-in page says it.
+SIGN_IN_REASONS = {
+    "token_replaced": "You were signed out: the token this browser held no longer works. "
+                      "Staff replaced (rotated) it, or you did with a new one. Sign in with "
+                      "your new token; if you do not have it, ask your course staff. "
+                      "An upload in progress was not sent: choose the file again.",
+}
+
+
 @router.get("/sign-in")
-def read_sign_in(request: Request, settings: SettingsDep, next: str | None = None) -> Response:  # noqa: A002
-    """The sign-in form: paste your token once."""
+def read_sign_in(request: Request, settings: SettingsDep, next: str | None = None,  # noqa: A002
+                 why: str | None = None) -> Response:
+    """The sign-in form: paste your token once (with why this browser was signed out, when
+    it was: ``?why=token_replaced``)."""
     nonce = request.cookies.get(signin_cookie_name(settings)) or new_signin_nonce()
     response = render(request, "sign_in.html", viewer=None, csrf_token=nonce,
-                      next=safe_next(next), error=None)
+                      next=safe_next(next), error=None,
+                      reason=SIGN_IN_REASONS.get(why or ""))
     set_signin_cookie(response, nonce, settings)
     return response
 
@@ -71,7 +83,8 @@ def sign_in(request: Request, session: SessionDep, settings: SettingsDep,
         message = "that token is not valid (ask your course staff for a new one)" if token \
             else exc.message
         return render(request, "sign_in.html", viewer=None, status_code=401,
-                      csrf_token=form.first(CSRF_FIELD), next=target, error=message)
+                      csrf_token=form.first(CSRF_FIELD), next=target, error=message,
+                      reason=None)
     response = redirect(target)
     set_session_cookie(response, token, settings)
     clear_signin_cookie(response, settings)

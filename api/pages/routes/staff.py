@@ -14,10 +14,11 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
 from api.deps import NowDep, SessionDep, SettingsDep
-from api.pages.rendering import PageRoute, redirect, render
+from api.pages.rendering import CONFIRM_FIELD, PageRoute, confirm_page, redirect, render
 from api.pages.routes.student import MAX_DB_INT, SubmissionId
 from api.pages.security import CheckedForm, FormFields, InstructorViewer, StaffViewer
 from api.presenters import regrade_read, regrade_summary, score_read, student_read
+from api.routes.assignments import EXPORT_WARNING_HEADER
 from api.schemas import AssignmentUpdate, DisqualifyRequest, RegradeCreate, RestoreRequest
 from api.views import assignment_view, submission_summaries
 from grader.manifest import MANIFESTS
@@ -85,8 +86,10 @@ def lms_roster(session: Any) -> dict[str, Any]:
 
 def roster_page(request: Request, viewer: Any, session: Any, *, now: dt.datetime,
                 assignment: str | None, error: DomainError | None = None,
-                roster_text: str = "") -> Response:
-    """The roster page (with a refused import's `error` and text, when there is one)."""
+                roster_text: str = "", imported: dict[str, Any] | None = None,
+                headers: dict[str, str] | None = None) -> Response:
+    """The roster page (with a refused import's `error` and text, or what an import just
+    did, `imported`: its row count, created and existing students, the tokens CSV)."""
     board = standings.board(session, assignment=assignment or next(iter(MANIFESTS)), now=now)
     rows = []
     for student in repository.list_students(session):
@@ -98,8 +101,8 @@ def roster_page(request: Request, viewer: Any, session: Any, *, now: dt.datetime
     return render(request, "students.html", viewer=viewer,
                   status_code=error.http_status if error else 200, rows=rows,
                   assignment=board.assignment.name, assignment_names=list(MANIFESTS),
-                  phase=board.phase, error=error, roster_text=roster_text,
-                  **lms_roster(session))
+                  phase=board.phase, error=error, roster_text=roster_text, imported=imported,
+                  headers=headers, **lms_roster(session))
 
 
 @router.get("/staff/students/{student_id}")
@@ -178,19 +181,45 @@ def create_regrade(viewer: StaffViewer, checked: CheckedForm, session: SessionDe
 def read_regrade(request: Request, regrade_id: Annotated[int, Path(ge=1, le=MAX_DB_INT)],
                  viewer: StaffViewer, session: SessionDep, now: NowDep,
                  left_out_busy: Annotated[int | None, Query(ge=0)] = None,
-                 done: str | None = None) -> Response:
-    """The preview: old and new grading side by side; apply or discard once decided."""
+                 done: str | None = None,
+                 applied: Annotated[int | None, Query(ge=0, le=MAX_DB_INT)] = None,
+                 unchanged: Annotated[int | None, Query(ge=0, le=MAX_DB_INT)] = None,
+                 ) -> Response:
+    """The preview: old and new grading side by side; apply or discard once decided (and,
+    after applying, how many submissions it changed)."""
     preview = regrades.preview(session, batch_id=regrade_id)
     return render(request, "regrade.html", viewer=viewer,
-                  batch=regrade_read(preview, left_out_busy=left_out_busy), done=done)
+                  batch=regrade_read(preview, left_out_busy=left_out_busy), done=done,
+                  applied=applied, unchanged=unchanged)
 
 
 @router.post("/staff/regrades/{regrade_id}/apply")
-def apply_regrade(regrade_id: Annotated[int, Path(ge=1, le=MAX_DB_INT)], viewer: StaffViewer,
-                  checked: CheckedForm, session: SessionDep, now: NowDep) -> Response:
-    """Make the new gradings current (409 regrade_pending while any is unfinished)."""
-    regrades.apply(session, batch_id=regrade_id, actor=viewer.principal.actor, now=now)
-    return redirect(f"/staff/regrades/{regrade_id}?done=applied")
+def apply_regrade(request: Request, regrade_id: Annotated[int, Path(ge=1, le=MAX_DB_INT)],
+                  viewer: StaffViewer, checked: CheckedForm, session: SessionDep,
+                  now: NowDep) -> Response:
+    """Make the new gradings current (409 regrade_pending while any is unfinished), once
+    confirmed: the first POST answers a page saying how many submissions and students
+    change."""
+    _, form = checked
+    if form.first(CONFIRM_FIELD) != "yes":
+        before = regrades.plan_apply(session, batch_id=regrade_id)
+        applicable = [c for c in before.comparisons if c.applicable]
+        students = {c.submission.student_id for c in applicable}
+        return confirm_page(
+            request, viewer, title=f"Apply regrade #{regrade_id}", students=len(students),
+            changes=[f"make the new grading current for {len(applicable)} of "
+                     f"{len(before.comparisons)} submission(s) of {before.batch.assignment} "
+                     "(the others keep their grading: an infrastructure error)",
+                     f"change the verdict or score of {before.changed} of them: scores, the "
+                     "leaderboard and every export follow the new gradings",
+                     "the old gradings stay in each submission's history, no longer counting"],
+            action=f"/staff/regrades/{regrade_id}/apply", button=f"Apply regrade #{regrade_id}",
+            back=f"/staff/regrades/{regrade_id}")
+    after, unchanged = regrades.apply(session, batch_id=regrade_id,
+                                      actor=viewer.principal.actor, now=now)
+    applied = sum(1 for c in after.comparisons if c.applied)
+    return redirect(f"/staff/regrades/{regrade_id}?done=applied&applied={applied}"
+                    f"&unchanged={len(unchanged)}")
 
 
 @router.post("/staff/regrades/{regrade_id}/discard")
@@ -323,9 +352,22 @@ def update_settings(request: Request, name: Annotated[str, Path(max_length=100)]
 
 
 @router.get("/staff/exports")
-def read_exports(request: Request, viewer: StaffViewer) -> Response:
-    """Download the LMS gradebook (CSV) or a submission's Gradescope results.json."""
-    return render(request, "exports.html", viewer=viewer, assignment_names=list(MANIFESTS))
+def read_exports(request: Request, viewer: StaffViewer, session: SessionDep) -> Response:
+    """Download the LMS gradebook (CSV) or a submission's Gradescope results.json; the
+    students an LMS cannot match (no e-mail, no roster id) are listed first."""
+    return render(request, "exports.html", viewer=viewer, assignment_names=list(MANIFESTS),
+                  unmatchable=exports.unmatchable(session))
+
+
+def gradebook_download(text: str, filename: str, session: Any) -> Response:
+    """A gradebook CSV from a page form (never cached), with the API's ``X-Export-Warning``
+    when an LMS cannot match some rows (the exports page lists them)."""
+    headers = {"Content-Disposition": f'attachment; filename="{filename}"',
+               "Cache-Control": "no-store"}
+    warning = exports.unmatchable_warning(exports.unmatchable(session))
+    if warning:
+        headers[EXPORT_WARNING_HEADER] = warning
+    return Response(text, media_type="text/csv; charset=utf-8", headers=headers)
 
 
 @router.post("/staff/exports/lms")
@@ -334,11 +376,10 @@ def export_lms(viewer: StaffViewer, checked: CheckedForm, session: SessionDep,
     """The LMS gradebook CSV (exports.lms_csv; audited). A POST: exporting is audited, and
     no GET may change anything."""
     _, form = checked
-    name = form.first("assignment")
-    text = exports.lms_csv(session, assignment=name, actor=viewer.principal.actor, now=now)
-    return Response(text, media_type="text/csv; charset=utf-8", headers={
-        "Content-Disposition": f'attachment; filename="grades-{assignments.resolve_manifest(name).name}.csv"',
-        "Cache-Control": "no-store"})
+    name = assignments.resolve_manifest(form.first("assignment")).name
+    text = exports.lms_csv(session, assignment=name, actor=viewer.principal.actor, now=now,
+                           zeros=bool(form.first("zeros")))
+    return gradebook_download(text, f"grades-{name}.csv", session)
 
 
 @router.post("/staff/exports/gradescope")

@@ -13,8 +13,8 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 
 from api.deps import NowDep, SessionDep
-from api.pages.rendering import PageRoute, redirect, render
-from api.pages.routes.staff import FormInvalid, roster_page, validated
+from api.pages.rendering import CONFIRM_FIELD, PageRoute, confirm_page, redirect, render
+from api.pages.routes.staff import FormInvalid, gradebook_download, roster_page, validated
 from api.pages.routes.student import MAX_DB_INT
 from api.pages.security import CheckedForm, InstructorViewer, StaffViewer
 from api.presenters import extension_read
@@ -31,7 +31,7 @@ from submissions import (
     service,
     staff,
 )
-from submissions.errors import DomainError
+from submissions.errors import DomainError, StaffNotFound, StudentNotFound
 from submissions.models import StaffRole
 
 router = APIRouter(route_class=PageRoute, include_in_schema=False, tags=["pages"])
@@ -69,8 +69,10 @@ def add_student(request: Request, viewer: InstructorViewer, checked: CheckedForm
 def import_roster(request: Request, viewer: InstructorViewer, checked: CheckedForm,
                   session: SessionDep, now: NowDep) -> Response:
     """Import a roster CSV pasted in the form (roster.import_roster, all or nothing). The
-    answer is the tokens CSV itself, downloaded once and never stored; a bad roster shows
-    the roster page again with every problem."""
+    answer is the roster page again: what the import did (imported N: created, already
+    enrolled), the new table, an empty box, and the new students' tokens, shown once
+    (never stored) with their ``tokens.csv`` download; a bad roster shows the page with
+    every problem and the text kept."""
     _, form = checked
     try:
         imported = roster.import_roster(session, text=form.first("roster"),
@@ -79,15 +81,30 @@ def import_roster(request: Request, viewer: InstructorViewer, checked: CheckedFo
         session.rollback()
         return roster_page(request, viewer, session, now=now, assignment=None,
                            error=exc, roster_text=form.first("roster"))
-    return Response(roster.tokens_csv(imported), media_type="text/csv; charset=utf-8",
-                    headers={**NO_STORE,
-                             "Content-Disposition": 'attachment; filename="tokens.csv"'})
+    created = [i for i in imported if i.created]
+    return roster_page(request, viewer, session, now=now, assignment=None, headers=NO_STORE,
+                       imported={"rows": len(imported), "created": created,
+                                 "existing": [i for i in imported if not i.created],
+                                 "tokens_csv": roster.tokens_csv(created) if created else ""})
 
 
 @router.post("/staff/students/{student_id}/token")
 def rotate_student_token(request: Request, student_id: Id, viewer: InstructorViewer,
                          checked: CheckedForm, session: SessionDep, now: NowDep) -> Response:
-    """A new token for the student (the old one stops working at once; audited)."""
+    """A new token for the student (the old one stops working at once; audited), once
+    confirmed on the page the first POST answers."""
+    _, form = checked
+    if form.first(CONFIRM_FIELD) != "yes":
+        student = repository.get_student(session, student_id=student_id)
+        if student is None:
+            raise StudentNotFound(f"no student {student_id}")
+        return confirm_page(
+            request, viewer, title=f"Rotate {student.name}'s token", students=1,
+            changes=[f"stop {student.name}'s current token at once: every browser and "
+                     "`grader submit` using it is signed out",
+                     "show the new token once, on the next page: hand it to them"],
+            action=f"/staff/students/{student_id}/token",
+            button=f"Rotate {student.name}'s token now", back=f"/staff/students/{student_id}")
     issued = service.rotate_student_token(session, student_id=student_id,
                                           actor=viewer.principal.actor, now=now)
     return _token_page(request, viewer, kind="student", name=issued.student.name,
@@ -119,7 +136,21 @@ def add_staff(request: Request, viewer: InstructorViewer, checked: CheckedForm,
 @router.post("/staff/staff/{staff_id}/token")
 def rotate_staff_token(request: Request, staff_id: Id, viewer: InstructorViewer,
                        checked: CheckedForm, session: SessionDep, now: NowDep) -> Response:
-    """A new token for a staff account (also how an account is revoked; audited)."""
+    """A new token for a staff account (also how an account is revoked; audited), once
+    confirmed on the page the first POST answers."""
+    _, form = checked
+    if form.first(CONFIRM_FIELD) != "yes":
+        member = repository.get_staff_member(session, staff_id=staff_id)
+        if member is None:
+            raise StaffNotFound(f"no staff account {staff_id}")
+        return confirm_page(
+            request, viewer, title=f"Rotate {member.name}'s token", students=1,
+            count_label="Staff accounts affected (no student)",
+            changes=[f"stop the current token of {member.name} ({member.role}) at once: "
+                     "every browser and command using it is signed out",
+                     "show the new token once, on the next page"],
+            action=f"/staff/staff/{staff_id}/token",
+            button=f"Rotate {member.name}'s token now", back="/staff/staff")
     rotated = staff.rotate_staff_token(session, staff_id=staff_id, actor=viewer.principal.actor,
                                        now=now)
     return _token_page(request, viewer, kind=rotated.member.role, name=rotated.member.name,
@@ -205,13 +236,33 @@ def import_extensions(request: Request, name: Name, viewer: InstructorViewer,
 
 
 @router.post("/staff/assignments/{name}/final-run")
-def start_final_run(name: Name, viewer: InstructorViewer, checked: CheckedForm,
-                    session: SessionDep, now: NowDep) -> Response:
-    """Start the final ranking run (final_runs.start_final_run, audited); then the
-    assignment's page, which shows its progress."""
-    final_runs.start_final_run(session, assignment=assignments.resolve_manifest(name).name,
+def start_final_run(request: Request, name: Name, viewer: InstructorViewer,
+                    checked: CheckedForm, session: SessionDep, now: NowDep) -> Response:
+    """Start the final ranking run (final_runs.start_final_run, audited) once confirmed
+    (the first POST answers a page saying how many students it re-grades; a run that could
+    not start says why there, before anything is asked); then the assignment's page, which
+    shows its progress."""
+    _, form = checked
+    assignment = assignments.resolve_manifest(name).name
+    if form.first(CONFIRM_FIELD) != "yes":
+        entries = final_runs.plan_final_run(session, assignment=assignment, now=now)
+        previous = repository.latest_final_run(session, assignment=assignment)
+        changes = [f"re-grade the best passing on-time submission of each of {len(entries)} "
+                   f"student(s) of {assignment} on one fresh secret seed (queued behind "
+                   "students' uploads)",
+                   "rank the leaderboard by that run's numbers once every grading is done "
+                   "(the board says final then); a submission that fails there loses its "
+                   "rank and keeps its correctness points"]
+        if previous is not None:
+            changes.append(f"supersede final run #{previous.id} once this one finishes")
+        return confirm_page(request, viewer, title=f"Start the final ranking run of {assignment}",
+                            students=len(entries), changes=changes,
+                            action=f"/staff/assignments/{name}/final-run",
+                            button="Start the final ranking run now",
+                            back=f"/staff/assignments/{name}#final-run")
+    final_runs.start_final_run(session, assignment=assignment,
                                actor=viewer.principal.actor, now=now)
-    return redirect(f"/staff/assignments/{name}?done=final_run")
+    return redirect(f"/staff/assignments/{name}?done=final_run#final-run")
 
 
 # ---------------------------------------------------------------------------- exports
@@ -220,19 +271,23 @@ def start_final_run(name: Name, viewer: InstructorViewer, checked: CheckedForm,
 @router.post("/staff/exports/canvas")
 def export_canvas(viewer: StaffViewer, checked: CheckedForm, session: SessionDep,
                   now: NowDep) -> Response:
-    """Every assignment's grades for Canvas's gradebook import (audited)."""
-    return Response(exports.canvas_csv(session, actor=viewer.principal.actor, now=now),
-                    media_type="text/csv; charset=utf-8", headers={
-                        **NO_STORE, "Content-Disposition": 'attachment; filename="grades-canvas.csv"'})
+    """Every assignment's grades for Canvas's gradebook import (audited); blank for a
+    student who never submitted unless the form asks for zeros."""
+    _, form = checked
+    return gradebook_download(exports.canvas_csv(session, actor=viewer.principal.actor, now=now,
+                                                 zeros=bool(form.first("zeros"))),
+                              "grades-canvas.csv", session)
 
 
 @router.post("/staff/exports/moodle")
 def export_moodle(viewer: StaffViewer, checked: CheckedForm, session: SessionDep,
                   now: NowDep) -> Response:
-    """Every assignment's grades for Moodle's grade import (audited)."""
-    return Response(exports.moodle_csv(session, actor=viewer.principal.actor, now=now),
-                    media_type="text/csv; charset=utf-8", headers={
-                        **NO_STORE, "Content-Disposition": 'attachment; filename="grades-moodle.csv"'})
+    """Every assignment's grades for Moodle's grade import (audited); blank for a student
+    who never submitted unless the form asks for zeros."""
+    _, form = checked
+    return gradebook_download(exports.moodle_csv(session, actor=viewer.principal.actor, now=now,
+                                                 zeros=bool(form.first("zeros"))),
+                              "grades-moodle.csv", session)
 
 
 @router.post("/staff/exports/gradescope-class")

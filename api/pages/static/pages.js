@@ -29,9 +29,36 @@
       var files = event.dataTransfer && event.dataTransfer.files;
       if (!files || !files.length) return;
       input.files = files;
-      show(files);
+      input.dispatchEvent(new Event("change"));  // shown, and its size checked
     });
     input.addEventListener("change", function () { show(input.files); });
+  }
+
+  // A file over the upload limit is refused here, before a byte is sent, and stays chosen
+  // (the server's 413 page is the guarantee; a new page cannot keep a chosen file).
+  function setUpSizeCheck() {
+    var input = document.querySelector("input[type=file][data-max-bytes]");
+    if (!input) return;
+    var limit = parseInt(input.getAttribute("data-max-bytes"), 10);
+    var said = document.getElementById("file-size-error");
+    function check() {
+      var file = input.files && input.files[0];
+      var message = "";
+      if (file && file.size > limit) {
+        message = file.name + " is " + Math.round(file.size / 1024) + " KiB: larger than the " +
+          "upload limit of " + input.getAttribute("data-max-text") + ". Choose a smaller file.";
+      }
+      input.setCustomValidity(message);
+      if (said) {
+        said.textContent = message;
+        said.hidden = !message;
+      }
+      return !message;
+    }
+    input.addEventListener("change", check);
+    input.form.addEventListener("submit", function (event) {
+      if (!check()) event.preventDefault();
+    });
   }
 
   // Live polls (hx-trigger="every Ns") back off when the server is busy: after a 503, 502,
@@ -60,9 +87,13 @@
     }
   });
 
-  if (document.readyState === "loading") {
-    document.addEventListener("DOMContentLoaded", setUpDropzone);
-  } else {
+  function setUp() {
     setUpDropzone();
+    setUpSizeCheck();
+  }
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", setUp);
+  } else {
+    setUp();
   }
 })();

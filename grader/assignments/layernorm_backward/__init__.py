@@ -29,12 +29,16 @@ def placed_oracle(values: Mapping) -> dict[str, OutputOracle]:
 
 
 def diagnose(out: torch.Tensor, call, evidence) -> str:
-    """Name the common mistake dx (``out``) matches (a hint, never a verdict): a term of dx
-    left out, or rstd used as the standard deviation; each within the call's own bound."""
+    """Name the common mistake the output ``out`` matches (a hint, never a verdict): for dx
+    (2-D), a term left out or rstd used as the standard deviation; for dw (1-D, what the
+    first expectation of that shape compares), dy * x summed instead of dy * xhat. Each
+    within the call's own bound."""
     placed = call.extra.get("placed")
-    if not placed or out.dim() != 2:
+    if not placed or out.dim() not in (1, 2):
         return ""
     dy, x, w, mean, rstd = (placed[k].double() for k in ("dy", "x", "w", "mean", "rstd"))
+    if out.dim() == 1:
+        return _diagnose_dw(out, call, dy, x)
     mean, rstd, expectation = mean[:, None], rstd[:, None], call.expectations(0)[0]
     candidates = {}
     for words, xhat, scale in (("", (x - mean) * rstd, rstd), (" with xhat = (x - mean) / rstd", (x - mean) / rstd,
@@ -50,6 +54,17 @@ def diagnose(out: torch.Tensor, call, evidence) -> str:
         if out.shape == candidate.shape and compare(out, candidate, expectation.scale, expectation.tolerance).passed:
             return f" Your dx matches {words}."
     return ""
+
+
+def _diagnose_dw(out: torch.Tensor, call, dy: torch.Tensor, x: torch.Tensor) -> str:  # noqa: ANN001
+    """The dw mistake of summing dy * x (the raw input) over rows, where dw sums dy * xhat."""
+    expectation = next((e for e in call.expectations(0) if e.name == "dw"), None)
+    candidate = (dy * x).sum(0)
+    if expectation is None or out.shape != candidate.shape or not compare(
+            out, candidate, expectation.scale, expectation.tolerance).passed:
+        return ""
+    return (" Your dw matches sum over rows of dy * x, the raw input: dw must sum dy * xhat, the "
+            "normalised input xhat = (x - mean) * rstd.")
 
 
 def floor_bytes(shape: tuple[int, ...], dtype: str) -> dict[str, int]:

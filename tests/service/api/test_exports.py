@@ -47,7 +47,7 @@ def test_lms_csv_has_a_row_for_every_student(client, db_session) -> None:
     upload_graded(client, db_session, tokens["bob"], make_outcome("failed"))  # bob: no passing submission
     cy_cheat = upload_graded(client, db_session, tokens["cy"], make_outcome(speedup=9.0))  # cy: disqualified below
     clock.set(DUE + dt.timedelta(hours=1))
-    upload_graded(client, db_session, tokens["dee"], make_outcome(speedup=1.5))  # dee: late only
+    dee_late = upload_graded(client, db_session, tokens["dee"], make_outcome(speedup=1.5))  # dee: late only
     # eve never submits.
     client.post(f"/api/v1/submissions/{cy_cheat}/disqualify", json={"reason": "copied"},
                 headers=instructor_headers())
@@ -70,9 +70,35 @@ def test_lms_csv_has_a_row_for_every_student(client, db_session) -> None:
         "unranked", "0", "1", "85")
     assert dee["reason"].startswith("late: ")
     assert dee["late_submission_id"] != ""
-    assert (rows["eve"]["status"], rows["eve"]["submissions"], rows["eve"]["score"]) == (
-        "no_submission", "0", "0")
-    assert db_session.scalars(select(AuditEvent).where(AuditEvent.action == "export.lms")).one()
+    # Eve never submitted: a blank grade (no grade yet), 0 only when staff ask for zeros.
+    assert (rows["eve"]["status"], rows["eve"]["submissions"], rows["eve"]["score"],
+            rows["eve"]["correctness_points"]) == ("no_submission", "0", "", "")
+    response = client.get("/api/v1/assignments/softmax_backward/export/lms?zeros=true", headers=bearer(ta))
+    zeros = {r["name"]: r for r in csv.DictReader(io.StringIO(response.text))}
+    assert (zeros["eve"]["score"], zeros["bob"]["score"], zeros["ada"]["score"]) == ("0", "0", "100")
+    # Rows an LMS cannot match (no e-mail, no roster id: all but Ada) are named in a header.
+    warning = response.headers["x-export-warning"]
+    ids = {r["name"]: r["student_id"] for r in rows.values()}
+    assert warning.startswith("4 student row(s) have no e-mail and no roster id")
+    assert f"student ids {ids['bob']}, {ids['cy']}, {ids['dee']}, {ids['eve']};" in warning
+    assert [e.details["zeros"] for e in db_session.scalars(
+        select(AuditEvent).where(AuditEvent.action == "export.lms"))] == [False, True]
+
+    # Gradescope: the correctness test follows the checks; lateness and disqualification
+    # are their own test (issue 38: "failed" beside "1 of 1 checks that ran passed").
+    late = {t["name"]: t for t in client.get(f"/api/v1/submissions/{dee_late}/gradescope",
+                                             headers=bearer(ta)).json()["tests"]}
+    correctness = late["correctness (every check passes)"]
+    assert (correctness["status"], correctness["score"]) == ("passed", 0)
+    assert correctness["output"].startswith("1 of 1 checks that ran passed; 0 points counted")
+    policy = late["on time and not disqualified"]
+    assert policy["status"] == "failed" and policy["output"].startswith("late: uploaded after")
+    cheat = {t["name"]: t for t in client.get(f"/api/v1/submissions/{cy_cheat}/gradescope",
+                                              headers=bearer(ta)).json()["tests"]}
+    assert cheat["correctness (every check passes)"]["status"] == "passed"
+    assert cheat["on time and not disqualified"] | {"visibility": ""} == {
+        "name": "on time and not disqualified", "score": 0, "max_score": 0,
+        "status": "failed", "output": "disqualified: copied", "visibility": ""}
 
 
 def test_gradescope_results_json(client, db_session) -> None:
@@ -87,7 +113,8 @@ def test_gradescope_results_json(client, db_session) -> None:
     assert results["execution_time"] == 2 and results["output_format"] == "text"
     tests = {t["name"]: t for t in results["tests"]}
     assert set(tests) == {"correctness (every check passes)", "check autograd_fp32",
-                          "speed (headline speedup)"}
+                          "on time and not disqualified", "speed (headline speedup)"}
+    assert tests["on time and not disqualified"]["status"] == "passed"
     for test in results["tests"]:
         assert set(test) == {"name", "score", "max_score", "status", "output", "visibility"}
     assert (tests["correctness (every check passes)"]["score"],

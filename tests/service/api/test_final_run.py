@@ -84,20 +84,28 @@ def test_final_run_ranks_on_a_secret_seed_and_failures_lose_their_rank(client, d
     gradings = db_session.scalars(select(Grading).where(Grading.purpose == "final")).all()
     assert {g.seed for g in gradings} == {seed} and not any(g.is_current for g in gradings)
 
-    # While it runs, the board is the final one: a student sees their own row pending.
+    # While it runs, the board stays provisional (never "final" over pending rows) and says
+    # how far the run is.
     ada_view = client.get("/api/v1/leaderboard", headers=bearer(tokens["ada"])).json()
-    assert ada_view["phase"] == "final" and ada_view["rows"] == [
-        {**ada_view["rows"][0], "rank": None, "is_you": True}]
-    assert ada_view["rows"][0]["reason"].startswith("pending")
+    assert ada_view["phase"] == "provisional" and ada_view["final_run_id"] is None
+    assert ada_view["final_run_running"] == {"id": run["id"], "graded": 0, "total": 2}
+    assert [r["rank"] for r in ada_view["rows"]] == [1, 2]
     again = client.post(FINAL_RUN, headers=instructor_headers())
     assert again.status_code == 409 and again.json()["error"]["code"] == "final_run_in_progress"
 
     # The workers re-grade: ada's kernel fails on the new inputs, bob's passes (slower).
     grade_next(db_session, make_outcome("failed", seed=seed))
+    half = client.get("/api/v1/leaderboard", headers=instructor_headers()).json()
+    assert half["phase"] == "provisional" and half["final_run_running"]["graded"] == 1
+    brief = client.get("/api/v1/assignments/softmax_backward",
+                       headers=instructor_headers()).json()["final_run"]
+    assert (brief["id"], brief["finished"], brief["graded"], brief["total"]) == (
+        run["id"], False, 1, 2)
     grade_next(db_session, make_outcome(speedup=1.2, seed=seed))
 
     board = client.get("/api/v1/leaderboard", headers=instructor_headers()).json()
     assert board["phase"] == "final" and board["final_run_id"] == run["id"]
+    assert board["final_run_running"] is None
     assert [(r["rank"], r["student_name"], r["headline_speedup"]) for r in board["rows"]] == [
         (1, "bob", 1.2), (None, "ada", None), (None, "dee", None), (None, "cy", None)]
     assert board["rows"][1]["reason"] == "failed in the final ranking run: a check failed"
@@ -142,10 +150,14 @@ def test_final_run_ranks_on_a_secret_seed_and_failures_lose_their_rank(client, d
     [event] = db_session.scalars(select(AuditEvent).where(AuditEvent.action == "final_run.create"))
     assert event.details["students"] == 2 and str(seed) not in str(event.details)
 
-    # A new run supersedes the previous one, with a fresh seed.
+    # A new run supersedes the previous one, with a fresh seed, once it has finished: until
+    # then the board stays the previous run's.
     rerun = client.post(FINAL_RUN, headers=instructor_headers()).json()
     assert rerun["id"] != run["id"] and rerun["seed"] != seed
     assert [r["submission_id"] for r in rerun["rows"]] == [ids["ada"], ids["bob"]]
+    meanwhile = client.get("/api/v1/leaderboard", headers=instructor_headers()).json()
+    assert (meanwhile["phase"], meanwhile["final_run_id"]) == ("final", run["id"])
+    assert meanwhile["final_run_running"]["id"] == rerun["id"]
 
 
 def test_a_disqualified_submission_leaves_the_final_ranking(client, db_session) -> None:

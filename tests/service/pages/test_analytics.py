@@ -66,9 +66,11 @@ def test_staff_see_each_checks_pass_rate_the_common_hints_and_the_days(client: T
     sign_in(client, INSTRUCTOR_TOKEN)
     page = client.get("/staff/analytics?assignment=softmax_backward")
     assert page.status_code == 200
-    assert "4 submissions graded" in page.text
+    assert "4 submissions graded from <strong>2 student(s)</strong>" in page.text
+    # half_precision failed on 2 submissions, one of each student's: 2 of 2 students.
+    assert "failed by 2 of 3 submissions, from 2 of 2 students" in page.text
     assert 'href="/checks#softmax_backward-half_precision"' in page.text
-    assert "(2 of 2)" in page.text  # half_precision's common hint, across both numbers
+    assert "(2 of 2; 2 student(s))" in page.text  # half_precision's common hint, across both numbers
 
     rows = list(csv.DictReader(io.StringIO(client.get("/staff/analytics.csv?assignment=softmax_backward").text)))
     table = {(r["day"], r["check"]): r for r in rows}
@@ -77,6 +79,10 @@ def test_staff_see_each_checks_pass_rate_the_common_hints_and_the_days(client: T
         ("all", "half_precision"): ("3", "1", "0.3333"),
         ("all", "output_contract"): ("4", "4", "1.0000")}
     assert table[("all", "half_precision")]["top_hint_count"] == "2"
+    assert (table[("all", "half_precision")]["students"],
+            table[("all", "half_precision")]["students_failed"]) == ("2", "2")
+    assert (table[("all", "example_two_element")]["students"],
+            table[("all", "example_two_element")]["students_failed"]) == ("2", "1")
     assert table[("all", "example_two_element")]["top_hint"] == SIGN_HINT
     # Days are UTC days of upload: 23:30 and 00:30 fall on two days.
     assert table[("2026-11-03", "example_two_element")]["pass_rate"] == "0.5000"

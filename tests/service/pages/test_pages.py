@@ -127,8 +127,13 @@ def test_a_rotated_token_signs_the_browser_out(client: TestClient) -> None:
     assert client.post("/api/v1/me/token", headers=bearer(token)).status_code == 200
     response = client.get("/submissions", follow_redirects=False)
     assert response.status_code == 303
-    assert response.headers["location"] == "/sign-in?next=%2Fsubmissions"
+    assert response.headers["location"] == "/sign-in?next=%2Fsubmissions&why=token_replaced"
     assert f'{SESSION_COOKIE}=""' in response.headers["set-cookie"]  # the dead cookie is cleared
+    # The sign-in page says why, and the next sign-in still returns to the page asked for.
+    page = client.get(response.headers["location"])
+    assert "You were signed out: the token this browser held no longer works" in page.text
+    assert 'name="next" value="/submissions"' in page.text
+    assert "You were signed out" not in client.get("/sign-in").text
 
 
 def test_sign_out_needs_the_csrf_token_and_clears_the_cookie(client: TestClient) -> None:
@@ -171,6 +176,30 @@ def test_upload_without_the_csrf_token_is_refused(client: TestClient) -> None:
     response = client.post("/submit", data={"assignment": "softmax_backward"},
                            files={"file": ("mine.py", kernel_source().encode(), "text/x-python")})
     assert response.status_code == 403 and "csrf_failed" in response.text
+    assert client.get("/api/v1/submissions", headers=bearer(token)).json()["submissions"] == []
+
+
+def test_an_upload_over_the_limit_is_a_page_with_the_limit_in_kib(client: TestClient) -> None:
+    """Issue 38: a 1 MB web upload showed the API's JSON (with the body cap, 278528) where
+    the README says 256 KiB. The form, the page and the API's message say the same."""
+    _, token = create_student(client, "ada")
+    csrf = sign_in(client, token)
+    assert "Your Python file (at most 256 KiB)" in client.get("/submit").text
+    big = kernel_source().encode() + b"#" * 1_000_000
+    for size, source in (("1 MB", big), ("just over", kernel_source().encode()
+                                          + b"#" * (256 * 1024))):
+        response = client.post("/submit", data={"csrf_token": csrf,
+                                                "assignment": "softmax_backward"},
+                               files={"file": ("big.py", source, "text/x-python")},
+                               headers={"Referer": "http://testserver/submit"})
+        assert response.status_code == 413, size
+        assert response.headers["content-type"].startswith("text/html"), size
+        assert "the file is larger than the upload limit of 256 KiB" in response.text, size
+        assert "The limit is 256 KiB" in response.text, size
+        assert '<a href="/submit">Back to the page you came from</a>' in response.text, size
+    api = upload(client, token, big.decode())
+    assert api.status_code == 413 and api.json()["error"]["max_bytes"] == 256 * 1024
+    assert "256 KiB" in api.json()["error"]["message"]
     assert client.get("/api/v1/submissions", headers=bearer(token)).json()["submissions"] == []
 
 
@@ -334,11 +363,20 @@ def test_regrade_preview_then_apply(client: TestClient, db_session: Any) -> None
     assert "1 changed" in preview and "+100" in preview
     assert client.get(f"/api/v1/submissions/{submission_id}",
                       headers=bearer(ada)).json()["status"] == "failed"  # not applied yet
-    response = client.post(f"{batch_path}/apply", data={"csrf_token": csrf},
+    # Applying asks first: what it changes and for how many students; nothing changes yet.
+    asked = client.post(f"{batch_path}/apply", data={"csrf_token": csrf}, follow_redirects=False)
+    assert asked.status_code == 200 and "Apply regrade" in asked.text
+    assert "make the new grading current for 1 of 1 submission(s)" in asked.text
+    assert 'id="confirm-count">1<' in asked.text and 'name="confirm" value="yes"' in asked.text
+    assert client.get(f"/api/v1/submissions/{submission_id}",
+                      headers=bearer(ada)).json()["status"] == "failed"
+    response = client.post(f"{batch_path}/apply", data={"csrf_token": csrf, "confirm": "yes"},
                            follow_redirects=False)
     assert response.status_code == 303
     assert client.get(f"/api/v1/submissions/{submission_id}",
                       headers=bearer(ada)).json()["status"] == "passed"
+    assert "Applied: the new gradings of 1 submission(s) now count" in client.get(
+        response.headers["location"]).text
     empty = client.post("/staff/regrades", data={"csrf_token": csrf, "assignment": "softmax_backward",
                                                  "status": "error"})
     assert empty.status_code == 422 and "regrade_empty" in empty.text
@@ -439,3 +477,12 @@ def test_the_checks_document_is_served_with_an_anchor_for_every_check(client: Te
         "example_two_element", "autograd_fp32", "half_precision", "row_sum_invariant", "triton_kernel")} <= ids
     assert set(MANIFESTS) <= ids
     assert "<script" not in response.text.split("<main", 1)[1]  # raw HTML in the Markdown is off
+    # Every check of every assignment has the row its reports link to (issue 38: two
+    # layernorm checks linked to anchors that did not exist).
+    from api.pages.checks_doc import check_url
+    from grader.assignments import get_assignment
+
+    for name in MANIFESTS:
+        for check in get_assignment(name).check_names:
+            anchor = check_url(name, check).split("#", 1)[1]
+            assert anchor in ids, f"{name}'s check {check} links to #{anchor}, not in /checks"

@@ -11,6 +11,7 @@ import datetime as dt
 import io
 import json
 import re
+from urllib.parse import unquote
 
 from fastapi.testclient import TestClient
 
@@ -72,17 +73,39 @@ def test_a_term_on_the_staff_pages(client, db_session) -> None:
     good = "name,email,id\nBob,bob@example.edu,s2\nCy,cy@example.edu,s4\nAda,ada@example.edu,s1\n"
     imported = client.post("/staff/students/import", data={"csrf_token": csrf, "roster": good})
     assert imported.status_code == 200, imported.text
-    assert imported.headers["content-disposition"] == 'attachment; filename="tokens.csv"'
     assert imported.headers["cache-control"] == "no-store"
-    tokens = {r["name"]: r["token"] for r in csv.DictReader(io.StringIO(imported.text))}
-    assert tokens["Ada"] == "" and tokens["Bob"] and tokens["Cy"]
+    # The page says what it did, shows the new table, empties the box, and holds the new
+    # students' tokens once (a tokens.csv download and the text), none for Ada (enrolled).
+    assert "Imported 3 row(s):</strong> 2 new student(s) created, 1 already enrolled" \
+        in imported.text
+    assert "Tokens are shown once." in imported.text
+    assert re.search(r'<textarea id="roster-csv" name="roster" rows="8" required></textarea>',
+                     imported.text)
+    assert imported.text.count('<a href="/staff/students/') >= 3  # Ada, Bob and Cy listed
+    link = re.search(r'href="data:text/csv;charset=utf-8,([^"]+)" download="tokens.csv"',
+                     imported.text).group(1)
+    tokens = {r["name"]: r["token"] for r in csv.DictReader(io.StringIO(unquote(link)))}
+    assert set(tokens) == {"Bob", "Cy"} and all(tokens.values())
+    again = client.post("/staff/students/import", data={"csrf_token": csrf, "roster": good})
+    assert "3 already enrolled" in again.text and 'id="no-new-tokens"' in again.text
+    assert "tokens.csv" not in again.text.split('id="import-done"')[1].split("</div>")[0] \
+        .replace("<code>tokens.csv</code>", "")
     bob_id = client.get("/api/v1/me", headers=bearer(tokens["Bob"])).json()["id"]
 
     # A staff account and a rotation from the pages.
     ta_page = client.post("/staff/staff", data={"csrf_token": csrf, "name": "Grace", "role": "ta"})
     ta = _token_on(ta_page.text)
     assert client.get("/api/v1/me", headers=bearer(ta)).json()["role"] == "ta"
-    rotated = client.post(f"/staff/students/{bob_id}/token", data={"csrf_token": csrf})
+    grace_id = next(m["id"] for m in client.get("/api/v1/staff", headers=bearer(INSTRUCTOR_TOKEN)).json()
+                    if m["name"] == "Grace")
+    asked = client.post(f"/staff/staff/{grace_id}/token", data={"csrf_token": csrf})
+    assert "Staff accounts affected (no student)" in asked.text
+    assert client.get("/api/v1/me", headers=bearer(ta)).status_code == 200  # asked only
+    asked = client.post(f"/staff/students/{bob_id}/token", data={"csrf_token": csrf})
+    assert asked.status_code == 200 and "Rotate Bob&#39;s token?" in asked.text
+    assert client.get("/api/v1/me", headers=bearer(tokens["Bob"])).status_code == 200  # asked only
+    rotated = client.post(f"/staff/students/{bob_id}/token",
+                          data={"csrf_token": csrf, "confirm": "yes"})
     bob = _token_on(rotated.text)
     assert client.get("/api/v1/me", headers=bearer(tokens["Bob"])).status_code == 401
     assert client.get("/staff/staff").text.count("Grace") >= 1
@@ -111,10 +134,24 @@ def test_a_term_on_the_staff_pages(client, db_session) -> None:
     early = client.post(f"/staff/assignments/{NAME}/final-run", data={"csrf_token": csrf})
     assert early.status_code == 409 and "before_due_date" in early.text
     clock.set(DUE + dt.timedelta(days=2))
-    started = client.post(f"/staff/assignments/{NAME}/final-run", data={"csrf_token": csrf},
-                          follow_redirects=False)
+    asked = client.post(f"/staff/assignments/{NAME}/final-run", data={"csrf_token": csrf},
+                        follow_redirects=False)
+    assert asked.status_code == 200 and 'id="confirm-count">2<' in asked.text  # Ada and Bob
+    assert "No final run yet" in client.get(f"/staff/assignments/{NAME}").text
+    started = client.post(f"/staff/assignments/{NAME}/final-run",
+                          data={"csrf_token": csrf, "confirm": "yes"}, follow_redirects=False)
     assert started.status_code == 303
-    assert "Final run #" in client.get(f"/staff/assignments/{NAME}").text
+    running = client.get(f"/staff/assignments/{NAME}").text
+    assert "graded <strong>0 of 2</strong>" in running and "Start a new final" not in running
+    board = client.get(f"/leaderboard?assignment={NAME}").text
+    assert "(provisional)" in board and "grading: 0 of 2 done" in board
+    grade_next(db_session, make_outcome(speedup=None))
+    assert "graded <strong>1 of 2</strong>" in client.get(f"/staff/assignments/{NAME}").text
+    assert "(provisional)" in client.get(f"/leaderboard?assignment={NAME}").text
+    grade_next(db_session, make_outcome(speedup=None))
+    assert "finished, graded 2 of 2" in client.get(f"/staff/assignments/{NAME}").text
+    board = client.get(f"/leaderboard?assignment={NAME}").text
+    assert "(final)" in board and "final-run-running" not in board
 
     # A due date in the past asks for confirmation first.
     form = {"csrf_token": csrf, "due_at": "2026-12-10T12:00", "late_policy": "mark_late",
@@ -132,7 +169,11 @@ def test_a_term_on_the_staff_pages(client, db_session) -> None:
     canvas = list(csv.DictReader(io.StringIO(
         client.post("/staff/exports/canvas", data={"csrf_token": csrf}).text)))
     assert canvas[0]["Student"] == "Points Possible"
-    assert {r["Student"]: r[NAME] for r in canvas[1:]} == {"Ada": "0", "Bob": "0", "Cy": "0"}
+    # Cy never submitted: blank, unless the form asks for zeros.
+    assert {r["Student"]: r[NAME] for r in canvas[1:]} == {"Ada": "0", "Bob": "0", "Cy": ""}
+    zeros = list(csv.DictReader(io.StringIO(client.post(
+        "/staff/exports/canvas", data={"csrf_token": csrf, "zeros": "on"}).text)))
+    assert {r["Student"]: r[NAME] for r in zeros[1:]} == {"Ada": "0", "Bob": "0", "Cy": "0"}
     moodle = client.post("/staff/exports/moodle", data={"csrf_token": csrf}).text
     assert "0 of 100 (100 before the late policy)" in moodle
     everyone = json.loads(client.post("/staff/exports/gradescope-class",

@@ -4,7 +4,7 @@ the saved mean and rstd are not applied to dw.
 Expected failed checks: autograd_fp32, half_precision, central_difference_dw, strided_inputs,
     edge_shapes, fresh_results
 
-Expected hint: none
+Expected hint: the raw input
 """
 import torch
 import triton
