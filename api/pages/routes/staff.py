@@ -225,7 +225,33 @@ def _form_values(row: Any) -> dict[str, str]:
         "correctness_points": f"{row.correctness_points:g}",
         "speed_points": ", ".join(f"{t['min_speedup']:g}:{t['points']:g}"
                                   for t in row.speed_points or []),
+        "counting": row.counting,
+        "late_percent": "" if row.late_percent is None else f"{row.late_percent:g}",
+        "late_unit": row.late_unit or "",
+        "late_cap": "" if row.late_cap is None else f"{row.late_cap:g}",
+        "late_after_cap": row.late_after_cap,
+        "check_points": ", ".join(f"{name}:{points:g}"
+                                  for name, points in (row.check_points or {}).items()),
     }
+
+
+#: Course-policy fields a form may leave out (an older page, a script): absent means unchanged.
+_OPTIONAL_FIELDS = ("counting", "late_percent", "late_unit", "late_cap", "late_after_cap",
+                    "check_points")
+
+
+def _parse_check_points(text: str) -> dict[str, str] | str | None:
+    """``name:points, ...`` -> {name: points} (the schema checks the numbers); empty: None
+    (the assignment folder's points)."""
+    points = {}
+    for item in text.replace(";", ",").split(","):
+        if not item.strip():
+            continue
+        name, sep, value = item.partition(":")
+        if not sep:
+            return item
+        points[name.strip()] = value.strip()
+    return points or None
 
 
 def _normalised(key: str, text: str) -> str:
@@ -237,8 +263,13 @@ def _normalised(key: str, text: str) -> str:
         if key in ("opens_at", "due_at") and text:
             moment = dt.datetime.fromisoformat(text.removesuffix("Z"))
             return moment.strftime("%Y-%m-%dT%H:%M")
-        if key in ("rate_limit_window_s", "correctness_points") and text:
+        if key in ("rate_limit_window_s", "correctness_points", "late_percent",
+                   "late_cap") and text:
             return f"{float(text):g}"
+        if key == "check_points":
+            points = _parse_check_points(text)
+            if isinstance(points, dict):
+                return ", ".join(f"{name}:{float(value):g}" for name, value in points.items())
         if key == "speed_points":
             thresholds = _parse_thresholds(text)
             if isinstance(thresholds, list):
@@ -278,7 +309,8 @@ def update_settings(request: Request, name: Annotated[str, Path(max_length=100)]
     _, form = checked
     row = assignments.load(session, name=name, now=now)
     before = _form_values(row)
-    sent = {key: form.first(key) for key in before}
+    sent = {key: form.first(key, default=before[key] if key in _OPTIONAL_FIELDS else "")
+            for key in before}
     sent["leaderboard_visible"] = "on" if form.first("leaderboard_visible") else ""
     changed = {key for key in before if _normalised(key, sent[key]) != before[key]}
     raw: dict[str, Any] = {}
@@ -290,7 +322,9 @@ def update_settings(request: Request, name: Annotated[str, Path(max_length=100)]
             raw[key] = bool(text)
         elif key == "speed_points":
             raw[key] = _parse_thresholds(text)
-        elif key == "late_policy":
+        elif key == "check_points":
+            raw[key] = _parse_check_points(text)
+        elif key in ("late_policy", "counting", "late_after_cap"):
             raw[key] = text
         else:
             raw[key] = text or None
