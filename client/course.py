@@ -413,7 +413,7 @@ def _print_regrade(console: Console, regrade: RegradeRead) -> None:
                   f"{regrade.changed} changed")
     table = Table()
     for column in ("submission", "student", "before", "after", "score before", "score after",
-                   "grader before", "grader after"):
+                   "points change", "grader before", "grader after"):
         table.add_column(column)
     for row in regrade.rows:
         before, after = row.before, row.after
@@ -422,6 +422,7 @@ def _print_regrade(console: Console, regrade: RegradeRead) -> None:
             before.status if before else "-", after.status + (" *" if row.verdict_changed else ""),
             before.score.text if before and before.score else "-",
             after.score.text if after.score else "-",
+            "-" if row.score_delta is None else f"{row.score_delta:+g}",
             (before.grader_version or "-") if before else "-", after.grader_version or "-")
     console.print(table)
 
