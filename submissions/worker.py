@@ -414,6 +414,8 @@ class Worker:
                         "submission %s: lease no longer held; outcome discarded",
                         job.submission_id,
                     )
+                else:  # an infrastructure error shown as final may change what counts
+                    self._rederive_slip_days(job.submission_id)
                 return
             except SQLAlchemyError:
                 logger.exception("submission %s: storing the outcome failed", job.submission_id)
