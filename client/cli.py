@@ -358,7 +358,9 @@ def history(argv: list[str]) -> int:
     for column in ("id", "assignment", "uploaded", "status", "score", "speedup", "notes"):
         table.add_column(column)
     for row in rows:
-        notes = ", ".join(filter(None, ["late" if row.late else "",
+        late = (row.score.late_text if row.score is not None and row.score.late_text
+                else "late")
+        notes = ", ".join(filter(None, [late if row.late else "",
                                         "disqualified" if row.disqualified else ""]))
         table.add_row(
             str(row.id), row.assignment, _utc(row.created_at), row.status,

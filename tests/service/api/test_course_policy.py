@@ -301,3 +301,36 @@ def test_a_slip_day_covers_up_to_24_hours(client, db_session, late) -> None:
     clock.set(DUE + late + dt.timedelta(seconds=1))
     assert client.get("/api/v1/assignments/softmax_backward", headers=bearer(ada)).json()[
         "you"]["slip_days_left"] == 1  # the one already spent here could move to a new upload
+
+
+def test_the_settings_page_sets_the_curve_the_counting_and_the_check_points(client) -> None:
+    page = _signed_in(client, INSTRUCTOR_TOKEN)
+    form_page = page.get(f"/staff/assignments/{XENT}").text
+    csrf = re.search(r'name="csrf_token" value="([^"]+)"', form_page).group(1)
+    assert "autograd_fp32 14" in form_page  # the folder's points, shown beside the field
+    form = {"csrf_token": csrf, "opens_at": "", "due_at": "", "late_policy": "penalty",
+            "max_submissions": "", "rate_limit_submissions": "", "rate_limit_window_s": "",
+            "leaderboard_visible": "on", "correctness_points": "100", "speed_points": "",
+            "late_percent": "10", "late_unit": "day", "late_cap": "3",
+            "late_after_cap": "refuse", "counting": "latest",
+            "check_points": ", ".join(f"{name}:{3 if name == 'triton_kernel' else 1}"
+                                      for name in XENT_CHECKS)}
+    response = page.post(f"/staff/assignments/{XENT}", data=form, follow_redirects=False)
+    assert response.status_code == 303 and response.headers["location"].endswith("done=saved")
+    api = client.get(f"/api/v1/assignments/{XENT}", headers=instructor_headers()).json()
+    assert api["late_policy"] == "penalty" and api["late_curve"] == {
+        "percent": 10.0, "unit": "day", "cap": 3.0, "after_cap": "refuse"}
+    assert api["points"]["counting"] == "latest" and api["points"]["max_points"] == 17
+    assert api["points"]["check_points_overridden"] is True
+    # The form as the page now fills it (correctness 17, their sum) changes nothing; the
+    # empty field returns to the folder's points.
+    assert 'name="correctness_points" type="number" min="0" step="any" value="17"' in page.get(
+        f"/staff/assignments/{XENT}").text
+    again = page.post(f"/staff/assignments/{XENT}", data={**form, "correctness_points": "17"},
+                      follow_redirects=False)
+    assert again.headers["location"].endswith("done=unchanged")
+    page.post(f"/staff/assignments/{XENT}",
+              data={**form, "check_points": "", "correctness_points": "100"})
+    api = client.get(f"/api/v1/assignments/{XENT}", headers=instructor_headers()).json()
+    assert api["points"]["check_points_overridden"] is False
+    assert api["points"]["max_points"] == 100
