@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from grader.manifest import MANIFESTS
-from submissions import audit, grades, repository
+from submissions import assignments, audit, grades, repository
 from submissions.errors import SlipDaysInvalid, StudentNotFound
 from submissions.lateness import late_by, slip_days_to_cover
 
@@ -74,7 +74,7 @@ def left_for(session: Session, *, student_id: int, assignment: str) -> int:
 
 
 def _due_order(session: Session, now: dt.datetime) -> list[str]:
-    rows = [grades.assignments.load(session, name=name, now=now) for name in MANIFESTS]
+    rows = [assignments.load(session, name=name, now=now) for name in MANIFESTS]
     far = dt.datetime.max.replace(tzinfo=dt.UTC)
     return [row.name for row in sorted(rows, key=lambda r: (r.due_at or far, r.name))]
 
@@ -91,6 +91,9 @@ def rederive(session: Session, *, student_id: int, now: dt.datetime) -> SlipDayA
         raise StudentNotFound(f"no student {student_id}")
     left = student.slip_days or 0
     spent: dict[str, tuple[int, int]] = {}
+    if left <= 0:  # the common case (no slip days): nothing to derive, any old spend goes
+        repository.replace_slip_day_spends(session, student_id=student_id, spends={}, now=now)
+        return SlipDayAccount(budget=0, spent={})
     for name in _due_order(session, now):
         if left <= 0:
             break

@@ -45,6 +45,8 @@ def replace_slip_day_spends(session: Session, *, student_id: int,
     rows that match stay untouched (their ``spent_at`` too), others are updated, added or
     deleted. The caller holds the student's row lock."""
     existing = slip_day_spends_of_student(session, student_id=student_id)
+    if not existing and not spends:
+        return
     for assignment, row in existing.items():
         if assignment not in spends:
             session.execute(delete(SlipDaySpend).where(SlipDaySpend.id == row.id))
