@@ -334,3 +334,29 @@ def test_the_settings_page_sets_the_curve_the_counting_and_the_check_points(clie
     api = client.get(f"/api/v1/assignments/{XENT}", headers=instructor_headers()).json()
     assert api["points"]["check_points_overridden"] is False
     assert api["points"]["max_points"] == 100
+
+
+def test_a_regrade_re_derives_the_slip_days_spent(client, db_session) -> None:
+    """A late pass spends a slip day; a regrade that fails every check of it leaves nothing
+    to gain, so the day comes back."""
+    clock = Clock(client, DUE + dt.timedelta(hours=3))
+    configure(client, XENT, due_at=DUE, confirm_past_due=True, late_policy="penalty",
+              late_percent=10, late_unit="day")
+    student_id, ada = create_student(client, "ada")
+    _, ta = create_staff(client, "grace", "ta")
+    client.put(f"/api/v1/students/{student_id}/slip-days", json={"days": 1, "reason": "term"},
+               headers=instructor_headers())
+    submission = _upload_graded(client, db_session, ada, _partial(6), function=XENT,
+                                assignment=XENT)
+    # The grading was stored by the test, not a worker: derive as the worker does.
+    from submissions import slip_days
+    slip_days.rederive(db_session, student_id=student_id, now=clock.now)
+    read = client.get(f"/api/v1/submissions/{submission}", headers=bearer(ada)).json()
+    assert read["score"]["text"] == "45 of 100 (3 h late, covered by 1 slip day)"
+    batch = client.post("/api/v1/regrades", json={"assignment": XENT}, headers=bearer(ta)).json()
+    grade_next(db_session, _partial(0))
+    client.post(f"/api/v1/regrades/{batch['id']}/apply", headers=bearer(ta))
+    mine = client.get("/api/v1/me/slip-days", headers=bearer(ada)).json()
+    assert (mine["used"], mine["left"]) == (0, 1)
+    read = client.get(f"/api/v1/submissions/{submission}", headers=bearer(ada)).json()
+    assert read["score"]["text"] == "0 of 100 (0 before a 10% late penalty, 3 h late)"
