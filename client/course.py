@@ -44,6 +44,7 @@ import datetime as dt
 import io
 import json
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -294,7 +295,9 @@ def _print_assignment(console: Console, a: AssignmentRead) -> None:
               if a.late_curve.cap is not None else ", no cap")
            if a.late_curve else "")
         + ("\n  check points" + (" (staff's)" if a.points.check_points_overridden else "")
-           + ": " + ", ".join(f"{c.name} {c.points:g}" for c in a.points.check_points)
+           + ":\n" + textwrap.fill(", ".join(f"{c.name} {c.points:g}"
+                                             for c in a.points.check_points),
+                                   width=88, initial_indent="    ", subsequent_indent="    ")
            if a.points.check_points else "")
         + (f"\n  final run {a.final_run.id} ({'finished' if a.final_run.finished else 'running'})"
            if a.final_run else ""), highlight=False)
