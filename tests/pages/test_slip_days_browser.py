@@ -1,7 +1,8 @@
 """The slip-day display in a real headless Chromium against a real `grader serve`
 (conftest.py): a student with two slip days sees them, and how late an upload now would be,
 on the upload form; uploads one day late through the form; the report says the lateness to
-the second and that one slip day covers it; the form then shows the day spent. axe-core on
+the second and that one slip day covers it; the form then shows the day spent; staff read
+and change the budget on the student's page. axe-core on
 each page (no serious or critical violation)."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from .conftest import INSTRUCTOR_TOKEN
 from .test_browser import assert_accessible, kernel
 
 pytestmark = pytest.mark.slow
@@ -61,3 +63,17 @@ def test_a_student_sees_slip_days_before_and_after_a_late_upload(
     assert server.api("GET", "/api/v1/me/slip-days", token) == {
         "student_id": student_id, "budget": 2, "used": 1, "left": 1,
         "spent": [{"assignment": "softmax_backward", "submission_id": submission_id, "days": 1}]}
+
+    # Staff read and change the budget on the student's page (audited).
+    staff = pages_factory()
+    staff.sign_in(INSTRUCTOR_TOKEN)
+    staff.goto(f"/staff/students/{student_id}")
+    assert staff.page.locator("#slip-days").inner_text() == (
+        f"1 of 2 left; spent 1 on softmax_backward (submission {submission_id})")
+    assert_accessible(staff, "staff-student-slip-days")
+    staff.page.get_by_label("Slip days for the term").fill("3")
+    staff.page.get_by_label("Why (recorded in the audit log)").fill("accommodation")
+    staff.page.get_by_role("button", name="Save slip days").click()
+    staff.page.wait_for_url(re.compile(r"done=slip_days"))
+    assert staff.page.locator("#slip-days").inner_text().startswith("2 of 3 left")
+    staff.shot("staff-student-slip-days")

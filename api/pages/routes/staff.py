@@ -28,6 +28,7 @@ from submissions import (
     regrades,
     repository,
     service,
+    slip_days,
     standings,
 )
 from submissions.errors import DomainError, StudentNotFound
@@ -102,7 +103,35 @@ def read_student(request: Request, student_id: Annotated[int, Path(ge=1, le=MAX_
     rows = submission_summaries(session, student_id=student_id, assignment=None, status=None,
                                 limit=500, offset=0, now=now)
     return render(request, "student.html", viewer=viewer, student=student_read(student),
-                  rows=rows)
+                  rows=rows, slip=slip_days.account(session, student_id=student_id),
+                  done=request.query_params.get("done"), error=None)
+
+
+@router.post("/staff/students/{student_id}/slip-days")
+def set_slip_days(request: Request, student_id: Annotated[int, Path(ge=1, le=MAX_DB_INT)],
+                  viewer: InstructorViewer, checked: CheckedForm, session: SessionDep,
+                  now: NowDep) -> Response:
+    """Set the student's slip-day budget (slip_days.set_budget: audited, re-derived)."""
+    _, form = checked
+    try:
+        days = int(form.first("days").strip())
+    except ValueError:
+        days = -1
+    try:
+        slip_days.set_budget(session, student_id=student_id, days=days,
+                             reason=form.first("reason"), actor=viewer.principal.actor, now=now)
+    except DomainError as exc:
+        session.rollback()
+        student = repository.get_student(session, student_id=student_id)
+        if student is None:
+            raise
+        rows = submission_summaries(session, student_id=student_id, assignment=None,
+                                    status=None, limit=500, offset=0, now=now)
+        return render(request, "student.html", viewer=viewer, status_code=exc.http_status,
+                      student=student_read(student), rows=rows,
+                      slip=slip_days.account(session, student_id=student_id), done=None,
+                      error=exc)
+    return redirect(f"/staff/students/{student_id}?done=slip_days")
 
 
 # ----------------------------------------------------------------------- disqualification

@@ -360,3 +360,19 @@ def test_a_regrade_re_derives_the_slip_days_spent(client, db_session) -> None:
     assert (mine["used"], mine["left"]) == (0, 1)
     read = client.get(f"/api/v1/submissions/{submission}", headers=bearer(ada)).json()
     assert read["score"]["text"] == "0 of 100 (0 before a 10% late penalty, 3 h late)"
+
+
+def test_staff_set_a_students_slip_days_on_their_page(client) -> None:
+    student_id, _ = create_student(client, "ada")
+    page = _signed_in(client, INSTRUCTOR_TOKEN)
+    html = page.get(f"/staff/students/{student_id}").text
+    assert '<dd id="slip-days">0 of 0 left</dd>' in html
+    csrf = re.search(r'name="csrf_token" value="([^"]+)"', html).group(1)
+    refused = page.post(f"/staff/students/{student_id}/slip-days",
+                        data={"csrf_token": csrf, "days": "3", "reason": " "})
+    assert refused.status_code == 422 and "slip_days_invalid" in refused.text
+    saved = page.post(f"/staff/students/{student_id}/slip-days",
+                      data={"csrf_token": csrf, "days": "3", "reason": "accommodation"})
+    assert saved.status_code == 200 and '<dd id="slip-days">3 of 3 left</dd>' in saved.text
+    assert client.get(f"/api/v1/students/{student_id}/slip-days",
+                      headers=instructor_headers()).json()["budget"] == 3
