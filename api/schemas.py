@@ -350,8 +350,9 @@ class SubmissionCreated(BaseModel):
     id: int
     status: str = Field(examples=["queued"])
     assignment: str
-    late: bool = Field(description="uploaded after your due date in force (never ranked, "
-                       "scores 0; derived again if the date or your extension changes)")
+    late: bool = Field(description="uploaded after your due date in force and the slip days "
+                       "spent on it (never ranked; graded 0 or under the late curve; derived "
+                       "again if the date, your extension or your slip days change)")
     due_at: dt.datetime | None = Field(description="your due date in force (UTC)")
     submissions_used: int
     max_submissions: int | None
@@ -429,8 +430,8 @@ class SubmissionSummary(BaseModel):
     headline_speedup: float | None
     created_at: dt.datetime
     finished_at: dt.datetime | None
-    late: bool = Field(False, description="uploaded after the owner's due date in force, "
-                       "derived from today's dates and extensions")
+    late: bool = Field(False, description="uploaded after the owner's due date in force and "
+                       "the slip days spent on it, derived from today's dates and extensions")
     disqualified: bool = False
     score: ScoreRead | None = Field(None, description="null until graded")
 
