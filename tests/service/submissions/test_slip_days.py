@@ -5,7 +5,9 @@ best submission counts."""
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
+import io
 import threading
 
 from fastapi.testclient import TestClient
@@ -17,7 +19,16 @@ from submissions.audit import Actor
 from submissions.models import SlipDaySpend
 from submissions.worker import Worker
 
-from ..helpers import configure, create_student, kernel_source, upload
+from ..helpers import (
+    Clock,
+    configure,
+    create_student,
+    grade_next,
+    instructor_headers,
+    kernel_source,
+    make_outcome,
+    upload,
+)
 
 DUE = dt.datetime(2026, 12, 15, 23, 59, tzinfo=dt.UTC)
 STAFF = Actor(kind="bootstrap", name="test")
@@ -78,12 +89,26 @@ def test_two_concurrent_late_uploads_spend_one_slip_day_once(committed_db) -> No
     with committed_db.session_factory() as session:
         [spend] = session.scalars(select(SlipDaySpend)).all()
         assert spend.id == spends[0].id and spend.spent_at == spends[0].spent_at
+        for _ in created:
+            grade_next(session, make_outcome())
+    # The same grade on the submission, the board and the LMS export.
+    with TestClient(create_app(settings)) as api:
+        Clock(api, now)
+        counted = "100 of 100 (23 h late, covered by 1 slip day)"
+        read = api.get(f"/api/v1/submissions/{max(created)}", headers=instructor_headers())
+        assert read.json()["score"]["text"] == counted
+        [row] = api.get("/api/v1/leaderboard", headers=instructor_headers()).json()["rows"]
+        assert (row["graded_submission_id"], row["score"]["text"]) == (max(created), counted)
+        lms = api.get("/api/v1/assignments/softmax_backward/export/lms",
+                      headers=instructor_headers()).text
+        [line] = list(csv.DictReader(io.StringIO(lms)))
+        assert (line["grade"], line["slip_days"], line["late_by"]) == (counted, "1", "23 h")
 
 
 def test_the_worker_spends_slip_days_once_the_best_submission_is_graded(committed_db) -> None:
     student_id = _course(committed_db, counting="best", budget=1)
     with TestClient(create_app(committed_db.settings())) as api:
-        from ..helpers import Clock, bearer
+        from ..helpers import bearer
         Clock(api, DUE + dt.timedelta(hours=5))
         token = api.post(f"/api/v1/students/{student_id}/token",
                          headers={"Authorization": "Bearer instructor-test-token-0123456789"}
