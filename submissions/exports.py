@@ -179,8 +179,12 @@ def _feedback(board: standings.Board, student_id: int) -> str:
     standing = board.of_student(student_id)
     if standing is None or standing.grade is None:
         return standing.reason or "" if standing else ""
+    text = standing.grade.text()
+    late = standing.grade.late
+    if late is not None and late.describe() not in text:  # "... before the late policy"
+        text += f"; {late.describe()}"
     reason = f"; {standing.reason}" if standing.reason else ""
-    return f"{standing.grade.text()}{reason}"
+    return f"{text}{reason}"
 
 
 # ------------------------------------------------------------------------- Gradescope

@@ -195,6 +195,12 @@ def test_late_curve_one_hour_and_two_days_late(client, db_session, cli, tmp_path
     configure(client, late_after_cap="refuse")
     refused = upload(client, tokens["ada"], kernel_source())
     assert refused.status_code == 403 and "3 days 12 s late" in refused.json()["error"]["message"]
+    # Under mark_late the grade is 0 and the lateness still written to the second.
+    configure(client, late_policy="mark_late")
+    moodle = list(csv.DictReader(io.StringIO(client.get(
+        "/api/v1/assignments/export/moodle", headers=instructor_headers()).text)))
+    feedback = next(r for r in moodle if r["Full name"] == "ada")["Feedback: softmax_backward"]
+    assert feedback.startswith("0 of 100 (100 before the late policy); 1 h late; late:")
 
 
 def test_slip_days_with_an_extension_and_their_budget(client, db_session, cli, tmp_path) -> None:
