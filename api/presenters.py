@@ -36,7 +36,8 @@ from api.schemas import (
 from grader.manifest import get_manifest
 from grader.stages import GradingStage
 from submissions import repository
-from submissions.assignments import late_curve
+from submissions.assignments import check_upload_window, late_curve
+from submissions.errors import AssignmentClosed, AssignmentNotOpen
 from submissions.grades import AssignmentRules
 from submissions.lateness import is_late
 from submissions.models import (
@@ -268,8 +269,12 @@ def assignment_read(
     # A student's own due date in force decides for them (their quota carries it).
     due_at = quota.due_at if quota is not None else row.due_at
     is_past_due = is_late(now, due_at)
-    is_open = (row.opens_at is None or now >= row.opens_at) and (
-        not is_past_due or row.late_policy != "refuse")
+    try:  # the upload rule itself, with the slip days the student could spend
+        check_upload_window(row, due_at=due_at, now=now,
+                            slip_days_left=quota.slip_days_left if quota is not None else 0)
+        is_open = True
+    except (AssignmentNotOpen, AssignmentClosed):
+        is_open = False
     return AssignmentRead(
         name=row.name, title=manifest.title, function=manifest.function,
         module_file=manifest.module_file, opens_at=row.opens_at, due_at=row.due_at,

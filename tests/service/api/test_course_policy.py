@@ -382,3 +382,20 @@ def test_staff_set_a_students_slip_days_on_their_page(client) -> None:
     assert saved.status_code == 200 and '<dd id="slip-days">3 of 3 left</dd>' in saved.text
     assert client.get(f"/api/v1/students/{student_id}/slip-days",
                       headers=instructor_headers()).json()["budget"] == 3
+
+
+def test_slip_days_open_an_assignment_that_refuses_late_uploads(client, db_session) -> None:
+    Clock(client, DUE + dt.timedelta(hours=30))
+    # counting latest: the days are spent at upload (best: once its verdict is stored).
+    configure(client, due_at=DUE, confirm_past_due=True, late_policy="refuse", counting="latest")
+    student_id, ada = create_student(client, "ada")
+    _, bob = create_student(client, "bob")
+    client.put(f"/api/v1/students/{student_id}/slip-days", json={"days": 2, "reason": "term"},
+               headers=instructor_headers())
+    mine = client.get("/api/v1/assignments/softmax_backward", headers=bearer(ada)).json()
+    theirs = client.get("/api/v1/assignments/softmax_backward", headers=bearer(bob)).json()
+    assert (mine["is_open"], theirs["is_open"]) == (True, False)
+    assert upload(client, bob, kernel_source()).json()["error"]["code"] == "assignment_closed"
+    created = upload(client, ada, kernel_source()).json()
+    assert (created["late"], created["late_text"], created["slip_days_spent"]) == (
+        False, "1 day 6 h late", 2)
