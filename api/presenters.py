@@ -11,6 +11,8 @@ from sqlalchemy.orm import Session
 from api.schemas import (
     AssignmentRead,
     CapturedLog,
+    CheckCreditRead,
+    CheckPointsRead,
     CheckVerdictRead,
     Disqualification,
     ExtensionRead,
@@ -19,6 +21,7 @@ from api.schemas import (
     GradingError,
     GradingProgress,
     GradingRead,
+    LateCurveRead,
     Points,
     Quota,
     RegradeRead,
@@ -33,6 +36,8 @@ from api.schemas import (
 from grader.manifest import get_manifest
 from grader.stages import GradingStage
 from submissions import repository
+from submissions.assignments import check_upload_window, late_curve
+from submissions.errors import AssignmentClosed, AssignmentNotOpen
 from submissions.grades import AssignmentRules
 from submissions.lateness import is_late
 from submissions.models import (
@@ -55,10 +60,17 @@ def score_read(value: Grade | None) -> ScoreRead | None:
     """A grade (submissions/scoring.py) as the API carries it; None: not graded yet."""
     if value is None:
         return None
+    late = value.late
     return ScoreRead(correctness_points=value.counted.correctness,
                      speed_points=value.counted.speed, total=value.total,
                      max_total=value.max_total, earned_total=value.earned.total,
-                     withheld=value.withheld, text=value.text())
+                     withheld=value.withheld, text=value.text(),
+                     late_penalty_percent=late.percent if late is not None else 0.0,
+                     late_by_s=late.late_by.total_seconds() if late is not None else None,
+                     late_text=late.describe() if late is not None else None,
+                     slip_days=late.slip_days if late is not None else 0,
+                     checks=[CheckCreditRead(name=c.name, points=c.points, earned=c.earned,
+                                             state=c.state) for c in value.credits])
 
 
 def without_seed(document: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -255,22 +267,32 @@ def assignment_read(
     final_run_total: int = 0,
 ) -> AssignmentRead:
     manifest = get_manifest(row.name)
+    curve = late_curve(row)
     # A student's own due date in force decides for them (their quota carries it).
     due_at = quota.due_at if quota is not None else row.due_at
     is_past_due = is_late(now, due_at)
-    is_open = (row.opens_at is None or now >= row.opens_at) and (
-        not is_past_due or row.late_policy == "mark_late")
+    try:  # the upload rule itself, with the slip days the student could spend
+        check_upload_window(row, due_at=due_at, now=now,
+                            slip_days_left=quota.slip_days_left if quota is not None else 0)
+        is_open = True
+    except (AssignmentNotOpen, AssignmentClosed):
+        is_open = False
     return AssignmentRead(
         name=row.name, title=manifest.title, function=manifest.function,
         module_file=manifest.module_file, opens_at=row.opens_at, due_at=row.due_at,
         late_policy=row.late_policy, is_open=is_open, is_past_due=is_past_due,
+        late_curve=None if curve is None else LateCurveRead(
+            percent=curve.percent, unit=curve.unit, cap=curve.cap, after_cap=curve.after_cap),
         max_submissions=row.max_submissions, rate_limit_submissions=rate_limit[0],
         rate_limit_window_s=rate_limit[1], leaderboard_visible=row.leaderboard_visible,
         points=Points(
             correctness_points=policy.correctness_points,
             speed_points=[SpeedThreshold(min_speedup=t.min_speedup, points=t.points)
                           for t in policy.thresholds],
-            max_points=policy.max_total),
+            max_points=policy.max_total,
+            check_points=[CheckPointsRead(name=name, points=points)
+                          for name, points in policy.check_points],
+            check_points_overridden=bool(row.check_points), counting=row.counting),
         final_run=None if final_run is None else FinalRunBrief(
             id=final_run.id, created_at=final_run.created_at, finished=final_run_finished,
             graded=final_run_graded, total=final_run_total),

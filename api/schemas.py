@@ -140,6 +140,31 @@ class StaffCreated(BaseModel):
     token: str
 
 
+class SlipDaySpendRead(BaseModel):
+    assignment: str
+    submission_id: int
+    days: int
+
+
+class SlipDaysRead(BaseModel):
+    """A student's slip days for the term."""
+
+    student_id: int
+    budget: int
+    used: int
+    left: int
+    spent: list[SlipDaySpendRead]
+
+
+class SlipDaysUpdate(BaseModel):
+    """A new slip-day budget for the student, and why (audited)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    days: int = Field(ge=0, le=365)
+    reason: str = Field(min_length=1, max_length=2000)
+
+
 class StaffRead(BaseModel):
     id: int
     name: str
@@ -158,13 +183,38 @@ class SpeedThreshold(BaseModel):
     points: float = Field(ge=0, allow_inf_nan=False)
 
 
+class CheckPointsRead(BaseModel):
+    """The points one correctness check carries."""
+
+    name: str
+    points: float
+
+
 class Points(BaseModel):
-    """score = correctness_points (every check passed) + the points of the highest speed
-    threshold the headline speedup reaches (docs/course.md, "Points")."""
+    """score = correctness_points (every check passed; otherwise the points of the checks
+    that passed) + the points of the highest speed threshold the headline speedup reaches
+    (docs/course.md, "Points")."""
 
     correctness_points: float
     speed_points: list[SpeedThreshold]
     max_points: float
+    check_points: list[CheckPointsRead] = Field(
+        default_factory=list, description="points per check, summing to correctness_points "
+        "(the assignment folder's points.toml, or staff's override, scaled); empty: all or "
+        "nothing")
+    check_points_overridden: bool = Field(False, description="staff set the points per check")
+    counting: Literal["best", "latest"] = Field(
+        "best", description="which submission gives a student's grade")
+
+
+class LateCurveRead(BaseModel):
+    """Late policy ``penalty``: `percent` off per `unit` started after the due date in force
+    (and slip days); past `cap` units the upload earns 0 (`after_cap` zero) or is refused."""
+
+    percent: float
+    unit: Literal["hour", "day"]
+    cap: float | None = Field(description="null: no cap")
+    after_cap: Literal["zero", "refuse"]
 
 
 class AssignmentUpdate(BaseModel):
@@ -175,7 +225,19 @@ class AssignmentUpdate(BaseModel):
 
     opens_at: AwareDatetime | None = None
     due_at: AwareDatetime | None = None
-    late_policy: Literal["refuse", "mark_late"] | None = None
+    late_policy: Literal["refuse", "mark_late", "penalty"] | None = None
+    late_percent: float | None = Field(None, ge=0, le=100, allow_inf_nan=False,
+                                       description="penalty per late_unit started")
+    late_unit: Literal["hour", "day"] | None = None
+    late_cap: float | None = Field(None, gt=0, le=100_000, allow_inf_nan=False,
+                                   description="units late after which late_after_cap "
+                                   "applies; null: no cap")
+    late_after_cap: Literal["zero", "refuse"] | None = None
+    counting: Literal["best", "latest"] | None = None
+    check_points: dict[str, Annotated[float, Field(ge=0, le=1_000_000, allow_inf_nan=False)]] \
+        | None = Field(None, max_length=200, description="points per check (every check "
+                       "of the assignment); correctness_points becomes their sum; null: "
+                       "back to the assignment folder's points")
     max_submissions: int | None = Field(None, ge=1, le=1_000_000)
     rate_limit_submissions: int | None = Field(None, ge=1, le=1_000_000,
                                                description="null: the service's default")
@@ -185,7 +247,8 @@ class AssignmentUpdate(BaseModel):
     correctness_points: float | None = Field(None, ge=0, le=1_000_000, allow_inf_nan=False)
     speed_points: list[SpeedThreshold] | None = Field(None, max_length=50)
 
-    @field_validator("late_policy", "leaderboard_visible", "correctness_points", "speed_points")
+    @field_validator("late_policy", "leaderboard_visible", "correctness_points", "speed_points",
+                     "late_after_cap", "counting")
     @classmethod
     def _not_null(cls, value: Any) -> Any:
         # null is meaningful for dates and limits only; these fields always have a value.
@@ -202,6 +265,12 @@ class Quota(BaseModel):
     due_at: dt.datetime | None = Field(None, description="your due date in force (UTC): your "
                                        "extension's, else the class-wide one")
     extension: bool = Field(False, description="you have an extension of this assignment")
+    slip_days_budget: int = Field(0, description="your slip days for the term")
+    slip_days_left: int = Field(0, description="slip days you could spend on this assignment "
+                                "now (those left, plus any already spent on it)")
+    slip_days_spent: int = Field(0, description="slip days spent on this assignment")
+    late_now: str | None = Field(None, description="how late an upload now would be, to the "
+                                 "second (\"1 day 2 h late\"); null: on time")
 
 
 class ExtensionGrant(BaseModel):
@@ -257,7 +326,8 @@ class AssignmentRead(BaseModel):
     module_file: str
     opens_at: dt.datetime | None = Field(description="UTC; null: open")
     due_at: dt.datetime | None = Field(description="UTC; null: no due date")
-    late_policy: Literal["refuse", "mark_late"]
+    late_policy: Literal["refuse", "mark_late", "penalty"]
+    late_curve: LateCurveRead | None = None
     is_open: bool = Field(description="uploads accepted now (late ones included)")
     is_past_due: bool
     max_submissions: int | None
@@ -282,11 +352,16 @@ class SubmissionCreated(BaseModel):
     id: int
     status: str = Field(examples=["queued"])
     assignment: str
-    late: bool = Field(description="uploaded after your due date in force (never ranked, "
-                       "scores 0; derived again if the date or your extension changes)")
+    late: bool = Field(description="uploaded after your due date in force and the slip days "
+                       "spent on it (never ranked; graded 0 or under the late curve; derived "
+                       "again if the date, your extension or your slip days change)")
     due_at: dt.datetime | None = Field(description="your due date in force (UTC)")
     submissions_used: int
     max_submissions: int | None
+    late_text: str | None = Field(None, description="how late, to the second "
+                                  "(\"12 s late\"); null: on time")
+    slip_days_spent: int = Field(0, description="slip days now spent on this assignment")
+    slip_days_left: int = Field(0, description="slip days left for the term")
 
 
 class CheckVerdictRead(BaseModel):
@@ -308,9 +383,19 @@ class CapturedLog(BaseModel):
     truncated: bool
 
 
+class CheckCreditRead(BaseModel):
+    """One check's points and what this grading earned from it."""
+
+    name: str
+    points: float
+    earned: float
+    state: Literal["passed", "failed", "not_run"] = Field(
+        description="not_run: skipped or never reached (the run ended early): earns nothing")
+
+
 class ScoreRead(BaseModel):
     """A grade (docs/course.md, "Points"): `total` is what counts; `earned_total` is what
-    the grading earned before the late policy or a disqualification set it to 0."""
+    the grading earned before the late policy, a late penalty or a disqualification."""
 
     correctness_points: float = Field(description="counted correctness points")
     speed_points: float = Field(description="counted speed points")
@@ -321,7 +406,16 @@ class ScoreRead(BaseModel):
     withheld: Literal["late", "disqualified"] | None = Field(
         None, description="why `total` is 0 although the grading earned points")
     text: str = Field(description="the grade as every page and command writes it, e.g. "
-                      "`60 of 100`, `0 of 100 (60 before the late policy)`, `0 of 100 (disqualified; 60 before)`")
+                      "`60 of 100`, `54 of 100 (60 before a 10% late penalty, 1 day late)`, "
+                      "`0 of 100 (60 before the late policy)`, `0 of 100 (disqualified; 60 before)`")
+    late_penalty_percent: float = Field(0, description="the late curve's penalty applied")
+    late_by_s: float | None = Field(None, description="seconds after the due date in force "
+                                    "(before slip days); null: on time")
+    late_text: str | None = Field(None, description="`late_by_s` to the second, e.g. "
+                                  "`1 day 2 h late`")
+    slip_days: int = Field(0, description="slip days spent on this submission")
+    checks: list[CheckCreditRead] = Field(default_factory=list,
+                                          description="points per check (per-check points)")
 
 
 class Disqualification(BaseModel):
@@ -338,8 +432,8 @@ class SubmissionSummary(BaseModel):
     headline_speedup: float | None
     created_at: dt.datetime
     finished_at: dt.datetime | None
-    late: bool = Field(False, description="uploaded after the owner's due date in force, "
-                       "derived from today's dates and extensions")
+    late: bool = Field(False, description="uploaded after the owner's due date in force and "
+                       "the slip days spent on it, derived from today's dates and extensions")
     disqualified: bool = False
     score: ScoreRead | None = Field(None, description="null until graded")
 
@@ -485,6 +579,8 @@ class LeaderboardRow(BaseModel):
     submitted_at: dt.datetime | None
     reason: str | None = None
     score: ScoreRead | None = None
+    graded_submission_id: int | None = Field(
+        None, description="the submission the score comes from (best or latest)")
 
 
 class FinalRunProgress(BaseModel):

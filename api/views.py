@@ -19,8 +19,9 @@ from api.schemas import (
     Quota,
     SubmissionSummary,
 )
-from submissions import assignments, grades, repository, standings
+from submissions import assignments, grades, repository, slip_days, standings
 from submissions.errors import LeaderboardHidden
+from submissions.lateness import describe_duration, is_late, late_by
 from submissions.settings import Settings
 
 
@@ -42,9 +43,15 @@ def assignment_view(session: Session, *, name: str, principal: Principal, settin
     if principal.student is not None:
         used, left = assignments.submissions_used(session, row=row,
                                                   student_id=principal.student.id)
-        quota = Quota(submissions_used=used, submissions_left=left,
-                      due_at=rules.due_for(principal.student.id),
-                      extension=rules.extension_of(principal.student.id) is not None)
+        held = slip_days.account(session, student_id=principal.student.id)
+        due = rules.due_for(principal.student.id)
+        quota = Quota(submissions_used=used, submissions_left=left, due_at=due,
+                      extension=rules.extension_of(principal.student.id) is not None,
+                      slip_days_budget=held.budget,
+                      slip_days_left=held.left + held.spent.get(row.name, (0, 0))[1],
+                      slip_days_spent=held.spent.get(row.name, (0, 0))[1],
+                      late_now=f"{describe_duration(late_by(now, due))} late"
+                      if is_late(now, due) else None)
     return assignment_read(
         row, policy=rules.policy, rate_limit=(limit.submissions, limit.window_s),
         final_run=run, final_run_finished=finished, quota=quota,
@@ -83,6 +90,7 @@ def leaderboard_view(session: Session, *, assignment: str, principal: Principal,
                 submitted_at=standing.submitted_at if visible else None,
                 reason=standing.reason if visible else None,
                 score=score_read(standing.grade) if visible else None,
+                graded_submission_id=standing.graded_submission_id if visible else None,
             )
         )
     running = board.running

@@ -65,10 +65,18 @@ def print_api_error(console: Console, error: ApiError) -> None:
     console.print(f"[red]{escape(label)}: {escape(error.message)}[/red]", highlight=False)
 
 
+def _minute_or_second(moment: dt.datetime) -> str:
+    """``2026-12-01 12:00 UTC``, with the seconds when they are not zero (``12:00:07 UTC``):
+    lateness is decided to the second, so a time beside a due date never hides it."""
+    moment = moment.astimezone(dt.UTC)
+    exact = moment.second == 0 and moment.microsecond == 0
+    return moment.strftime("%Y-%m-%d %H:%M UTC" if exact else "%Y-%m-%d %H:%M:%S UTC")
+
+
 def _utc(moment: dt.datetime | None) -> str:
     if moment is None:
         return "-"
-    return moment.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return _minute_or_second(moment)
 
 
 # ----------------------------------------------------------------------------- render
@@ -100,9 +108,16 @@ def render_submission(console: Console, submission: SubmissionRead, server: str 
         console.print(f"score: [bold]{score.text}[/bold] (correctness "
                       f"{score.correctness_points:g} + speed {score.speed_points:g})",
                       highlight=False)
+    score = submission.score
     if submission.late:
-        console.print(f"[yellow]late: uploaded after your due date ({_utc(submission.due_at)}); "
-                      "never ranked, graded 0[/yellow]")
+        how_late = f", {score.late_text}" if score is not None and score.late_text else ""
+        cost = (f"{score.late_penalty_percent:g}% late penalty" if score is not None
+                and score.late_penalty_percent and score.withheld is None else "graded 0")
+        console.print(f"[yellow]late: uploaded after your due date ({_utc(submission.due_at)})"
+                      f"{how_late}; never ranked, {cost}[/yellow]", highlight=False)
+    elif score is not None and score.slip_days:
+        console.print(f"[yellow]{score.late_text}, covered by {score.slip_days} slip day(s)"
+                      "[/yellow]", highlight=False)
     if submission.disqualification is not None:
         console.print(f"[red]disqualified on {_utc(submission.disqualification.at)}: "
                       f"{escape(submission.disqualification.reason)}[/red]", highlight=False)
@@ -212,8 +227,11 @@ def submit(argv: list[str]) -> int:
                 files={"file": (args.file.name, content, "text/x-python")},
                 data={"assignment": args.assignment})
             created = SubmissionCreated.model_validate(response.json())
-            late = (" [yellow](late: after your due date, never ranked, graded 0)[/yellow]"
-                    if created.late else "")
+            late = (f" [yellow](late: {created.late_text} after your due date, never "
+                    "ranked)[/yellow]" if created.late else "")
+            if created.slip_days_spent or created.slip_days_left:
+                late += (f" [dim]slip days: {created.slip_days_spent} spent on "
+                         f"{created.assignment}, {created.slip_days_left} left[/dim]")
             limit = (f", {created.submissions_used} of {created.max_submissions} used"
                      if created.max_submissions else "")
             due = f", due {_utc(created.due_at)}" if created.due_at else ""
@@ -334,15 +352,23 @@ def history(argv: list[str]) -> int:
         limit = f"{used} of {assignment.max_submissions}" if assignment.max_submissions else str(used)
         state = ("open" if assignment.is_open else "closed") + (
             ", past due" if assignment.is_past_due else "")
+        you = assignment.you
+        slip = (f"; slip days: {you.slip_days_left} you could spend here of "
+                f"{you.slip_days_budget}" + (f" ({you.slip_days_spent} spent here)"
+                                             if you.slip_days_spent else "")
+                if you is not None and you.slip_days_budget else "")
+        late_now = f"; an upload now would be {you.late_now}" if you and you.late_now else ""
         console.print(f"[bold]{assignment.name}[/bold]: due {_utc(assignment.due_at)} "
                       f"({state}, late policy {assignment.late_policy}); "
-                      f"submissions used: {limit}; max {assignment.points.max_points:g} points",
-                      highlight=False)
+                      f"submissions used: {limit}; max {assignment.points.max_points:g} points"
+                      f"{slip}{late_now}", highlight=False)
     table = Table(title="your submissions")
     for column in ("id", "assignment", "uploaded", "status", "score", "speedup", "notes"):
         table.add_column(column)
     for row in rows:
-        notes = ", ".join(filter(None, ["late" if row.late else "",
+        late = (row.score.late_text if row.score is not None and row.score.late_text
+                else "late")
+        notes = ", ".join(filter(None, [late if row.late else "",
                                         "disqualified" if row.disqualified else ""]))
         table.add_row(
             str(row.id), row.assignment, _utc(row.created_at), row.status,

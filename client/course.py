@@ -3,10 +3,14 @@
 
     grader course show [NAME]                  assignments and their settings
     grader course set NAME [--opens T] [--due T [--confirm-past-due]]
-                      [--late-policy refuse|mark_late]
+                      [--late-policy refuse|mark_late|penalty]
+                      [--late-percent P --late-unit hour|day] [--late-cap N|none]
+                      [--late-after-cap zero|refuse] [--counting best|latest]
                       [--max-submissions N|none] [--rate-limit N/SECONDS|default]
                       [--leaderboard visible|hidden] [--correctness-points P]
+                      [--check-points "autograd_fp32:20,..."|default]
                       [--speed-points "1.0:10,1.5:20"|none]            (instructor)
+    grader course slip-days STUDENT_ID [--set N --reason TEXT]         (set: instructor)
     grader course import-roster ROSTER.csv [--output tokens.csv]       (instructor)
     grader course add-student NAME [--email E] [--id ID]               (instructor)
     grader course add-staff NAME --role ta|instructor                  (instructor)
@@ -47,6 +51,7 @@ import datetime as dt
 import io
 import json
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -68,9 +73,10 @@ from api.schemas import (
     SimilarityRunRead,
     SimilaritySide,
     SimilaritySourceList,
+    SlipDaysRead,
     TokenIssued,
 )
-from client.cli import connection_arguments, print_api_error
+from client.cli import _minute_or_second, connection_arguments, print_api_error
 from client.http import (
     ApiError,
     ServiceClient,
@@ -101,6 +107,24 @@ def _limit(text: str) -> int | None:
     return None if text.lower() in {"none", "null"} else int(text)
 
 
+def _late_cap(text: str) -> float | None:
+    return None if text.lower() in {"none", "null"} else float(text)
+
+
+def _check_points(text: str) -> dict[str, float] | None:
+    """``name:points,...`` -> {name: points}; ``default`` -> None (the folder's points)."""
+    if text.lower() in {"default", "none", ""}:
+        return None
+    points = {}
+    for pair in text.split(","):
+        name, _, value = pair.strip().partition(":")
+        try:
+            points[name.strip()] = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not name:points: {pair!r}") from None
+    return points
+
+
 def _thresholds(text: str) -> list[dict[str, float]]:
     if text.lower() in {"none", ""}:
         return []
@@ -111,8 +135,8 @@ def _thresholds(text: str) -> list[dict[str, float]]:
     return pairs
 
 
-def _utc(moment: dt.datetime | None) -> str:
-    return "-" if moment is None else moment.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+def _utc(moment: dt.datetime | None) -> str:  # as client/cli.py writes a time
+    return "-" if moment is None else _minute_or_second(moment)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -136,7 +160,17 @@ def build_parser() -> argparse.ArgumentParser:
                         help="due date, e.g. 2026-12-15T23:59:00Z; none")
     change.add_argument("--confirm-past-due", action="store_true",
                         help="set a due date that has already passed")
-    change.add_argument("--late-policy", choices=["refuse", "mark_late"])
+    change.add_argument("--late-policy", choices=["refuse", "mark_late", "penalty"])
+    change.add_argument("--late-percent", type=float, help="penalty per --late-unit started")
+    change.add_argument("--late-unit", choices=["hour", "day"])
+    change.add_argument("--late-cap", type=_late_cap, default=argparse.SUPPRESS,
+                        help="units late after which --late-after-cap applies; none")
+    change.add_argument("--late-after-cap", choices=["zero", "refuse"])
+    change.add_argument("--counting", choices=["best", "latest"],
+                        help="which submission gives a student's grade")
+    change.add_argument("--check-points", type=_check_points, default=argparse.SUPPRESS,
+                        help='points per check "name:points,..." (every check); default: '
+                             "the assignment folder's points")
     change.add_argument("--max-submissions", type=_limit, default=argparse.SUPPRESS,
                         help="N, or none")
     change.add_argument("--rate-limit", help="N/SECONDS (e.g. 20/3600), or default")
@@ -144,6 +178,11 @@ def build_parser() -> argparse.ArgumentParser:
     change.add_argument("--correctness-points", type=float)
     change.add_argument("--speed-points", type=_thresholds,
                         help='thresholds "min_speedup:points,...", e.g. "1.0:10,1.5:20"; none')
+
+    slip = commands.add_parser("slip-days", help="a student's slip days (show, or --set)")
+    slip.add_argument("student_id", type=int)
+    slip.add_argument("--set", type=int, dest="days", help="the new budget for the term")
+    slip.add_argument("--reason", help="why (with --set; audited)")
 
     roster = commands.add_parser("import-roster", help="create students from a CSV (instructor)")
     roster.add_argument("file", type=Path)
@@ -299,7 +338,17 @@ def _print_assignment(console: Console, a: AssignmentRead) -> None:
         f"{a.rate_limit_submissions} per {a.rate_limit_window_s:g} s, leaderboard "
         f"{'visible' if a.leaderboard_visible else 'hidden'} to students\n"
         f"  points: correctness {a.points.correctness_points:g} + speed "
-        f"[{thresholds or 'none'}] = max {a.points.max_points:g}"
+        f"[{thresholds or 'none'}] = max {a.points.max_points:g}; {a.points.counting} "
+        "submission counts"
+        + (f"\n  late curve: {a.late_curve.percent:g}% per {a.late_curve.unit}"
+           + (f", past {a.late_curve.cap:g} {a.late_curve.unit}(s): {a.late_curve.after_cap}"
+              if a.late_curve.cap is not None else ", no cap")
+           if a.late_curve else "")
+        + ("\n  check points" + (" (staff's)" if a.points.check_points_overridden else "")
+           + ":\n" + textwrap.fill(", ".join(f"{c.name} {c.points:g}"
+                                             for c in a.points.check_points),
+                                   width=88, initial_indent="    ", subsequent_indent="    ")
+           if a.points.check_points else "")
         + (f"\n  final run {a.final_run.id} ({'finished' if a.final_run.finished else 'running'})"
            if a.final_run else ""), highlight=False)
 
@@ -331,6 +380,13 @@ def _set(client: ServiceClient, args: argparse.Namespace, console: Console) -> A
             body |= {"rate_limit_submissions": int(count), "rate_limit_window_s": float(window)}
     if args.leaderboard:
         body["leaderboard_visible"] = args.leaderboard == "visible"
+    for option in ("late_percent", "late_unit", "late_after_cap", "counting"):
+        if getattr(args, option) is not None:
+            body[option] = getattr(args, option)
+    if hasattr(args, "late_cap"):
+        body["late_cap"] = args.late_cap
+    if hasattr(args, "check_points"):
+        body["check_points"] = args.check_points
     if args.correctness_points is not None:
         body["correctness_points"] = args.correctness_points
     if args.speed_points is not None:
@@ -339,6 +395,21 @@ def _set(client: ServiceClient, args: argparse.Namespace, console: Console) -> A
                           params={"confirm_past_due": "true"} if args.confirm_past_due
                           else None).json()
     _print_assignment(console, AssignmentRead.model_validate(data))
+    return data
+
+
+def _slip_days(client: ServiceClient, args: argparse.Namespace, console: Console) -> Any:
+    path = f"/api/v1/students/{args.student_id}/slip-days"
+    if args.days is not None:
+        data = client.request("PUT", path, json={"days": args.days,
+                                                 "reason": args.reason or ""}).json()
+    else:
+        data = client.get_json(path)
+    held = SlipDaysRead.model_validate(data)
+    spent = ", ".join(f"{s.days} on {s.assignment} (submission {s.submission_id})"
+                      for s in held.spent)
+    console.print(f"student {held.student_id}: {held.left} of {held.budget} slip day(s) left"
+                  + (f"; spent {spent}" if spent else ""), highlight=False, markup=False)
     return data
 
 
@@ -395,7 +466,7 @@ def _print_regrade(console: Console, regrade: RegradeRead) -> None:
                   f"{regrade.changed} changed")
     table = Table()
     for column in ("submission", "student", "before", "after", "score before", "score after",
-                   "grader before", "grader after"):
+                   "points change", "grader before", "grader after"):
         table.add_column(column)
     for row in regrade.rows:
         before, after = row.before, row.after
@@ -404,6 +475,7 @@ def _print_regrade(console: Console, regrade: RegradeRead) -> None:
             before.status if before else "-", after.status + (" *" if row.verdict_changed else ""),
             before.score.text if before and before.score else "-",
             after.score.text if after.score else "-",
+            "-" if row.score_delta is None else f"{row.score_delta:+g}",
             (before.grader_version or "-") if before else "-", after.grader_version or "-")
     console.print(table)
 
@@ -672,7 +744,7 @@ def _export_similarity(client: ServiceClient, args: argparse.Namespace, console:
 
 
 HANDLERS = {
-    "show": _show, "set": _set, "import-roster": _import_roster,
+    "show": _show, "set": _set, "slip-days": _slip_days, "import-roster": _import_roster,
     "add-student": _add_student, "add-staff": _add_staff,
     "rotate-token": _rotate, "regrade": _regrade, "regrade-show": _regrade_verb("show"),
     "regrade-apply": _regrade_verb("apply"), "regrade-discard": _regrade_verb("discard"),

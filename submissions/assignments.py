@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from grader.manifest import AssignmentManifest, get_manifest
 from grader.manifest import UnknownAssignment as UnknownManifest
 from submissions import audit, lateness, repository
+from submissions.check_points import default_check_points
 from submissions.errors import (
     AssignmentClosed,
     AssignmentNotOpen,
@@ -28,7 +29,7 @@ from submissions.errors import (
     DueDateInPast,
     UnknownAssignment,
 )
-from submissions.models import Assignment, LatePolicy
+from submissions.models import Assignment, Counting, LatePolicy
 from submissions.scoring import PointsPolicy, SpeedThreshold, validate_thresholds
 from submissions.settings import Settings
 
@@ -36,6 +37,14 @@ from submissions.settings import Settings
 EDITABLE = frozenset({
     "opens_at", "due_at", "late_policy", "max_submissions", "rate_limit_submissions",
     "rate_limit_window_s", "leaderboard_visible", "correctness_points", "speed_points",
+    "check_points", "counting", "late_percent", "late_unit", "late_cap", "late_after_cap",
+})
+
+
+#: The settings whose change can move what slip days are spent on (submissions/slip_days.py).
+RULES_OF_SLIP_DAYS = frozenset({
+    "due_at", "late_policy", "late_percent", "late_unit", "late_cap", "late_after_cap",
+    "counting", "check_points", "correctness_points", "speed_points",
 })
 
 
@@ -57,9 +66,26 @@ def load(session: Session, *, name: str, now: dt.datetime) -> Assignment:
     return repository.ensure_assignment(session, name=manifest.name, now=now)
 
 
+def check_weights(row: Assignment) -> dict[str, float]:
+    """The points per check in force before scaling: staff's ``check_points``, else the
+    assignment folder's points.toml ({}: all-or-nothing correctness)."""
+    if row.check_points:
+        return {name: float(points) for name, points in row.check_points.items()}
+    return default_check_points(resolve_manifest(row.name))
+
+
 def points_policy(row: Assignment) -> PointsPolicy:
     """The assignment's points (submissions/scoring.py)."""
-    return PointsPolicy.from_stored(row.correctness_points, row.speed_points or [])
+    return PointsPolicy.from_stored(row.correctness_points, row.speed_points or [],
+                                    check_weights(row))
+
+
+def late_curve(row: Assignment) -> lateness.LateCurve | None:
+    """The assignment's late curve (late policy ``penalty``), else None."""
+    if row.late_policy != LatePolicy.PENALTY or row.late_percent is None or row.late_unit is None:
+        return None
+    return lateness.LateCurve(percent=row.late_percent, unit=row.late_unit, cap=row.late_cap,
+                              after_cap=row.late_after_cap or "zero")
 
 
 @dataclass(frozen=True)
@@ -78,16 +104,20 @@ def rate_limit(row: Assignment, settings: Settings) -> RateLimit:
     )
 
 
-def check_upload_window(row: Assignment, *, due_at: dt.datetime | None, now: dt.datetime) -> bool:
+def check_upload_window(row: Assignment, *, due_at: dt.datetime | None, now: dt.datetime,
+                        slip_days_left: int = 0) -> bool:
     """Whether an upload at `now` is allowed, and if so whether it is late.
 
     `due_at` is the uploader's due date in force (submissions/lateness.py: the class-wide
     one or their extension's). Edges: open from ``opens_at`` inclusive; on time up to
-    `due_at` inclusive (an upload stamped exactly at the due date is on time).
+    `due_at` inclusive (an upload stamped exactly at the due date is on time). Slip days
+    the student has left (`slip_days_left`) are counted as if spent on this upload: what
+    they cover is never refused.
 
     Raises:
         AssignmentNotOpen: `now` is before ``opens_at``.
-        AssignmentClosed: `now` is after `due_at` and the late policy is ``refuse``.
+        AssignmentClosed: `now` is after `due_at` and the late policy is ``refuse``, or
+            past the late curve's cap with ``refuse`` after it.
     Returns:
         True when the upload is late now (after `due_at`, policy ``mark_late``). Nothing
         stores this: lateness is derived again whenever it is read.
@@ -99,9 +129,20 @@ def check_upload_window(row: Assignment, *, due_at: dt.datetime | None, now: dt.
         )
     if not lateness.is_late(now, due_at):
         return False
+    delay = lateness.late_by(now, due_at)
+    slip = min(slip_days_left, lateness.slip_days_to_cover(delay))
+    charge = lateness.late_charge(now, due_at, curve=late_curve(row), slip_days=slip)
+    if not charge.late:
+        return True
     if row.late_policy == LatePolicy.REFUSE:
         raise AssignmentClosed(
             f"{row.name} was due at {iso_utc(due_at)} (UTC); late submissions are refused",
+            due_at=iso_utc(due_at),
+        )
+    if charge.past_cap and charge.curve is not None and charge.curve.after_cap == "refuse":
+        raise AssignmentClosed(
+            f"{row.name} was due at {iso_utc(due_at)} (UTC); an upload now would be "
+            f"{charge.describe()}, past the {charge.cap_text()} cap of its late curve: refused",
             due_at=iso_utc(due_at),
         )
     return True
@@ -152,6 +193,31 @@ def update(
             raise AssignmentSettingsInvalid(
                 f"late_policy must be one of {', '.join(p.value for p in LatePolicy)}"
             ) from None
+    if "counting" in values:
+        try:
+            values["counting"] = Counting(values["counting"]).value
+        except ValueError:
+            raise AssignmentSettingsInvalid(
+                f"counting must be one of {', '.join(c.value for c in Counting)}") from None
+    if "late_unit" in values and values["late_unit"] not in (None, *lateness.UNITS):
+        raise AssignmentSettingsInvalid("late_unit must be hour or day")
+    if "late_after_cap" in values and values["late_after_cap"] not in ("zero", "refuse"):
+        raise AssignmentSettingsInvalid("late_after_cap must be zero or refuse")
+    percent = values.get("late_percent")
+    if percent is not None and not (0 <= percent <= 100):
+        raise AssignmentSettingsInvalid("late_percent must be between 0 and 100")
+    cap = values.get("late_cap")
+    if cap is not None and not cap > 0:
+        raise AssignmentSettingsInvalid("late_cap must be a positive number of units")
+    if "check_points" in values and values["check_points"] is not None:
+        values["check_points"] = _valid_check_points(row, values["check_points"])
+        if "correctness_points" not in values:
+            values["correctness_points"] = round(sum(values["check_points"].values()), 6)
+    if values.get("late_policy", row.late_policy) == LatePolicy.PENALTY and (
+            values.get("late_percent", row.late_percent) is None
+            or values.get("late_unit", row.late_unit) is None):
+        raise AssignmentSettingsInvalid(
+            "late_policy penalty needs a late curve: late_percent and late_unit")
     if "speed_points" in values:
         thresholds = [
             t if isinstance(t, SpeedThreshold)
@@ -181,7 +247,43 @@ def update(
     audit.record(session, actor=actor, action="assignment.update", now=now,
                  target_type="assignment", target_id=row.name, assignment=row.name,
                  details={"before": before, "after": after})
+    if before != after and set(values) & RULES_OF_SLIP_DAYS:
+        # Imported here: slip_days reads grades, which reads this module.
+        from submissions import slip_days
+        slip_days.rederive_all(session, now=now)
+        session.refresh(row)
     return row
+
+
+def _valid_check_points(row: Assignment, points: Mapping[str, Any]) -> dict[str, float]:
+    """Staff's points per check, checked against the assignment's checks (those of its
+    points.toml, in their order) and made plain floats.
+
+    Raises:
+        AssignmentSettingsInvalid: an unknown or missing check, a negative or non-finite
+            number, or every check at 0.
+    """
+    known = list(default_check_points(resolve_manifest(row.name)))
+    if known:
+        unknown = sorted(set(points) - set(known))
+        missing = [name for name in known if name not in points]
+        if unknown or missing:
+            raise AssignmentSettingsInvalid(
+                "check_points must give every check of the assignment its points"
+                + (f"; unknown: {', '.join(unknown)}" if unknown else "")
+                + (f"; missing: {', '.join(missing)}" if missing else ""),
+                checks=known)
+    order = known or list(points)
+    clean: dict[str, float] = {}
+    for name in order:
+        value = points[name]
+        if isinstance(value, bool) or not isinstance(value, int | float) \
+                or value != value or value in (float("inf"), float("-inf")) or value < 0:
+            raise AssignmentSettingsInvalid(f"check_points: {name} must be a non-negative number")
+        clean[name] = float(value)
+    if sum(clean.values()) <= 0:
+        raise AssignmentSettingsInvalid("check_points: at least one check needs points")
+    return clean
 
 
 def _jsonable(value: Any) -> Any:

@@ -220,6 +220,13 @@ class AssignmentSettingsInvalid(DomainError):
     http_status = 422
 
 
+class SlipDaysInvalid(DomainError):
+    """A slip-day budget out of range, or a change without a reason."""
+
+    code = "slip_days_invalid"
+    http_status = 422
+
+
 class AssignmentNotOpen(DomainError):
     """An upload before the assignment's open date; `details` carries `opens_at`."""
 

@@ -28,7 +28,8 @@ from sqlalchemy.orm import Session
 
 from grader.manifest import MANIFESTS
 from submissions import audit, grades, repository, standings
-from submissions.csv_cells import SafeCsvWriter
+from submissions.csv_cells import SafeCsvWriter, safe_cell
+from submissions.lateness import describe_duration
 from submissions.models import TERMINAL_STATUSES, Student, Submission, SubmissionStatus
 from submissions.scoring import WITHHELD_LATE, ZERO, Grade, PointsPolicy, Score
 
@@ -36,7 +37,8 @@ LMS_COLUMNS = (
     "student_id", "name", "email", "id", "submissions", "late_submissions",
     "disqualified_submissions", "status", "submission_id", "correctness_points",
     "speed_points", "score", "max_score", "ranked_speedup", "rank", "ranking", "reason",
-    "late_submission_id", "late_score",
+    "late_submission_id", "late_score", "graded_submission_id", "late_by", "late_by_s",
+    "late_penalty_percent", "slip_days", "grade",
 )
 
 
@@ -77,7 +79,10 @@ def lms_csv(session: Session, *, assignment: str, actor: audit.Actor, now: dt.da
     ``reason`` says which), ``no_passing_submission`` or ``no_submission``; ``ranking`` is
     ``provisional`` or ``final``; ``late_score`` is what the best late passing submission
     earned before the late policy. A student without a submission has blank points and
-    score unless `zeros` (then 0).
+    score unless `zeros` (then 0). The course-policy columns describe the graded
+    submission (best or latest: ``graded_submission_id``): ``late_by`` to the second
+    ("1 day 2 h"), ``late_by_s``, the late curve's ``late_penalty_percent``, the
+    ``slip_days`` spent on it, and ``grade`` as every page writes it.
 
     Raises:
         UnknownAssignment: not in the manifest.
@@ -111,8 +116,17 @@ def lms_csv(session: Session, *, assignment: str, actor: audit.Actor, now: dt.da
             "reason": standing.reason or "",
             "late_submission_id": standing.submission_id if late else "",
             "late_score": _points(grade.earned.total) if late else "",
+            "graded_submission_id": standing.graded_submission_id or "",
         }
-        writer.writerow([row.get(column, "") for column in LMS_COLUMNS])
+        charge = grade.late if grade is not None else None
+        if charge is not None:
+            row |= {"late_by": describe_duration(charge.late_by),
+                    "late_by_s": f"{charge.late_by.total_seconds():g}",
+                    "late_penalty_percent": _points(charge.percent),
+                    "slip_days": charge.slip_days}
+        if grade is not None:
+            row["grade"] = grade.text()
+        writer.writerow([safe_cell(row.get(column, "")) for column in LMS_COLUMNS])
     audit.record(session, actor=actor, action="export.lms", now=now, target_type="assignment",
                  target_id=assignment, assignment=assignment,
                  details={"students": len(students), "ranking": board.phase, "zeros": zeros})
@@ -200,8 +214,12 @@ def _feedback(board: standings.Board, student_id: int) -> str:
     standing = board.of_student(student_id)
     if standing is None or standing.grade is None:
         return standing.reason or "" if standing else ""
+    text = standing.grade.text()
+    late = standing.grade.late
+    if late is not None and late.describe() not in text:  # "... before the late policy"
+        text += f"; {late.describe()}"
     reason = f"; {standing.reason}" if standing.reason else ""
-    return f"{standing.grade.text()}{reason}"
+    return f"{text}{reason}"
 
 
 # ------------------------------------------------------------------------- Gradescope
@@ -272,20 +290,27 @@ def gradescope_results(
         notes.append(f"Disqualified: {submission.disqualified_reason}")
     if late:
         due = rules.due_for(submission.student_id)
-        notes.append(f"Submitted after the due date in force ({due.isoformat() if due else ''}):"
-                     " late, never ranked.")
-    if grade is not None and grade.withheld:
+        charge = grade.late if grade is not None else None
+        notes.append(f"Submitted after the due date in force ({due.isoformat() if due else ''})"
+                     + (f", {charge.describe()}" if charge is not None else "")
+                     + ": late, never ranked.")
+    if grade is not None and (grade.withheld or grade.late is not None):
         notes.append(f"Score: {grade.text()}")
     status_line = (f"{submission.assignment}: {grading.status if grading else 'unknown'}"
                    + (f" ({grading.error_kind}: {grading.error_message})"
                       if grading is not None and grading.error_kind else ""))
     tests = [_correctness_test(policy, parts, passed, grading, grade),
-             _policy_test(submission, late=late, due=rules.due_for(submission.student_id))]
+             _policy_test(submission, late=late, due=rules.due_for(submission.student_id), grade=grade)]
+    credits = {c.name: c for c in (grade.credits if grade is not None else ())}
     for check in (grading.checks if grading is not None else []):
+        credit = credits.get(check.name)
+        # 0 of 0 here: the correctness test carries the points (Gradescope would add both).
         tests.append(GradescopeTest(
             name=f"check {check.name}", score=0, max_score=0,
             status="passed" if check.passed else "failed",
-            output=("not run: " if check.skipped else "") + (check.message or ""),
+            output=("not run (earns nothing): " if check.skipped else "") + (check.message or "")
+            + (f" [{credit.earned:g} of {credit.points:g} correctness points]"
+               if credit is not None else ""),
         ))
     if policy.thresholds:
         tests.append(GradescopeTest(
@@ -337,15 +362,18 @@ def _correctness_test(policy: PointsPolicy, parts: Score, passed: bool, grading:
     )
 
 
-def _policy_test(submission: Submission, *, late: bool, due: dt.datetime | None
-                 ) -> GradescopeTest:
+def _policy_test(submission: Submission, *, late: bool, due: dt.datetime | None,
+                 grade: Grade | None = None) -> GradescopeTest:
     """The course policy's own test: failed when the upload is late (after the due date in
-    force) or disqualified, saying which; 0 points either way (the points are in the
-    correctness and speed tests)."""
+    force, slip days spent) or disqualified, saying which and what the late policy charged
+    (submissions/scoring.py); 0 points either way (the points are in the correctness and
+    speed tests)."""
     problems = []
     if late:
+        charge = grade.late if grade is not None else None
         problems.append(f"late: uploaded after the due date in force "
-                        f"({due.isoformat() if due else 'none'}); graded 0, never ranked")
+                        f"({due.isoformat() if due else 'none'})"
+                        + (f", {charge.describe()}" if charge is not None else "") + "; never ranked")
     if submission.disqualified_at is not None:
         problems.append(f"disqualified: {submission.disqualified_reason or 'by staff'}")
     return GradescopeTest(

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from submissions import assignments, audit, repository, service
+from submissions import assignments, audit, repository, service, slip_days
 from submissions.errors import (
     DomainError,
     ExtensionInvalid,
@@ -102,6 +102,8 @@ def grant(session: Session, *, assignment: str, student_id: int, terms: Extensio
     audit.record(session, actor=actor, action="extension.grant", now=now,
                  target_type="student", target_id=student_id, assignment=row.name,
                  details={"before": before, "after": _describe(extension)})
+    slip_days.rederive(session, student_id=student_id, now=now)  # fewer may be needed now
+    session.refresh(extension)
     return extension
 
 
@@ -120,6 +122,7 @@ def revoke(session: Session, *, assignment: str, student_id: int, actor: audit.A
     audit.record(session, actor=actor, action="extension.revoke", now=now,
                  target_type="student", target_id=student_id, assignment=name,
                  details={"before": before})
+    slip_days.rederive(session, student_id=student_id, now=now)
 
 
 def list_extensions(session: Session, *, assignment: str) -> list[Extension]:

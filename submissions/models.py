@@ -10,6 +10,8 @@ Tables:
 - ``submissions``: one uploaded file (source, hash, seed, disqualification). Lateness is not
   stored: it is derived from the upload time and the due date in force (submissions/lateness.py).
 - ``extensions``: a student's own due date for one assignment (a new date or extra days).
+- ``slip_day_spends``: the slip days a student spent on one assignment's submission that
+  counts (at most one row per student and assignment; re-derived, never added to).
 - ``gradings``: every run of the grader on a submission, and the job queue (see
   submissions/repository/queue.py for the claim/lease protocol). A submission's *current*
   grading (``is_current``; at most one) is the one that counts; regrades and final ranking
@@ -130,11 +132,22 @@ class StaffRole(enum.StrEnum):
 
 
 class LatePolicy(enum.StrEnum):
-    """What an upload after the due date gets: refused, or accepted and marked late (a late
-    submission is never ranked and earns no points in the LMS score)."""
+    """What an upload after the due date (and the slip days it may spend) gets: refused,
+    accepted and marked late (a late submission is never ranked and earns no points in the
+    LMS score), or accepted with the assignment's late curve's penalty
+    (submissions/lateness.py)."""
 
     REFUSE = "refuse"
     MARK_LATE = "mark_late"
+    PENALTY = "penalty"
+
+
+class Counting(enum.StrEnum):
+    """Which of a student's submissions gives their grade: the one with the best grade,
+    or the latest upload."""
+
+    BEST = "best"
+    LATEST = "latest"
 
 
 class RegradeState(enum.StrEnum):
@@ -176,6 +189,9 @@ class Student(Base):
     token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utc_now)
     token_rotated_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+    # The student's slip-day budget for the term (set by staff, audited; spent in
+    # slip_day_spends).
+    slip_days: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
 
     submissions: Mapped[list[Submission]] = relationship(back_populates="student")
 
@@ -210,7 +226,13 @@ class Assignment(Base):
 
     __tablename__ = "assignments"
     __table_args__ = (
-        CheckConstraint("late_policy IN ('refuse', 'mark_late')", name="late_policy"),
+        CheckConstraint("late_policy IN ('refuse', 'mark_late', 'penalty')", name="late_policy"),
+        CheckConstraint("counting IN ('best', 'latest')", name="counting"),
+        CheckConstraint("late_unit IS NULL OR late_unit IN ('hour', 'day')", name="late_unit"),
+        CheckConstraint("late_after_cap IN ('zero', 'refuse')", name="late_after_cap"),
+        CheckConstraint("late_percent IS NULL OR (late_percent >= 0 AND late_percent <= 100)",
+                        name="late_percent"),
+        CheckConstraint("late_cap IS NULL OR late_cap > 0", name="late_cap"),
         CheckConstraint("max_submissions IS NULL OR max_submissions > 0", name="max_submissions"),
         CheckConstraint("rate_limit_submissions IS NULL OR rate_limit_submissions > 0",
                         name="rate_limit_submissions"),
@@ -231,6 +253,18 @@ class Assignment(Base):
     correctness_points: Mapped[float] = mapped_column(Float, default=100.0)
     # [{"min_speedup": 1.0, "points": 10.0}, ...]: ascending thresholds (submissions/scoring.py).
     speed_points: Mapped[list[dict[str, float]]] = mapped_column(JSON, default=_no_thresholds)
+    # {"check name": points, ...}: staff's points per check; None: the assignment folder's
+    # points.toml (submissions/check_points.py). Scaled to correctness_points.
+    check_points: Mapped[dict[str, float] | None] = mapped_column(JSON)
+    counting: Mapped[str] = mapped_column(String(8), default=Counting.BEST,
+                                          server_default=text("'best'"))
+    # The late curve of late_policy 'penalty' (submissions/lateness.py): late_percent off per
+    # late_unit started; past late_cap units (None: no cap) late_after_cap.
+    late_percent: Mapped[float | None] = mapped_column(Float)
+    late_unit: Mapped[str | None] = mapped_column(String(8))
+    late_cap: Mapped[float | None] = mapped_column(Float)
+    late_after_cap: Mapped[str] = mapped_column(String(8), default="zero",
+                                                server_default=text("'zero'"))
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utc_now)
     updated_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
     updated_by: Mapped[str | None] = mapped_column(String(200))
@@ -459,6 +493,29 @@ class Extension(Base):
     granted_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utc_now)
 
     student: Mapped[Student] = relationship()
+
+
+class SlipDaySpend(Base):
+    """Slip days a student spent on one assignment: on its submission that counts, as many
+    whole days as cover its lateness, up to the budget left. Derived by
+    submissions/slip_days.py under the student's row lock and rewritten (never added to),
+    so concurrent uploads and repeated derivations spend them once; at most one row per
+    student and assignment (a unique index)."""
+
+    __tablename__ = "slip_day_spends"
+    __table_args__ = (
+        Index("uq_slip_day_spends_student_id_assignment", "student_id", "assignment",
+              unique=True),
+        CheckConstraint("days > 0", name="days"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    student_id: Mapped[int] = mapped_column(ForeignKey("students.id", ondelete="CASCADE"))
+    assignment: Mapped[str] = mapped_column(String(100))
+    submission_id: Mapped[int] = mapped_column(
+        ForeignKey("submissions.id", ondelete="CASCADE"), index=True)
+    days: Mapped[int] = mapped_column(Integer)
+    spent_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utc_now)
 
 
 class WorkerHeartbeat(Base):

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 
 from sqlalchemy.orm import Session
 
-from submissions import assignments, audit, grades, repository
+from submissions import assignments, audit, grades, repository, slip_days
 from submissions.errors import RegradeDecided, RegradeEmpty, RegradeNotFound, RegradePending
 from submissions.models import (
     INFRASTRUCTURE_ERROR,
@@ -209,6 +209,9 @@ def apply(session: Session, *, batch_id: int, actor: audit.Actor,
             applied.append(comparison.submission.id)
         else:
             unchanged.append(comparison.submission.id)
+    # Which submission counts, and so what slip days are spent on, may have changed.
+    for student_id in sorted({c.submission.student_id for c in before.comparisons}):
+        slip_days.rederive(session, student_id=student_id, now=now)
     audit.record(session, actor=actor, action="regrade.apply", now=now,
                  target_type="regrade", target_id=batch_id, assignment=before.batch.assignment,
                  details={"applied": applied, "unchanged": unchanged,

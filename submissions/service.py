@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from grader.manifest import AssignmentManifest
 from grader.source_validation import SourceRejected
 from grader.source_validation import validate_source as validate_source_text
-from submissions import assignments, audit, grades, repository
+from submissions import assignments, audit, grades, repository, slip_days
 from submissions.errors import (
     MissingFunction,
     RateLimited,
@@ -353,7 +353,10 @@ def create_submission(
     manifest = resolve_assignment(assignment_name)
     rules = grades.rules(session, assignment=manifest.name, now=now, student_id=student.id)
     assignment = rules.assignment
-    assignments.check_upload_window(assignment, due_at=rules.due_for(student.id), now=now)
+    assignments.check_upload_window(assignment, due_at=rules.due_for(student.id), now=now,
+                                    slip_days_left=slip_days.left_for(
+                                        session, student_id=student.id,
+                                        assignment=manifest.name))
     source_text = validate_source(
         upload, assignment=manifest, max_bytes=settings.max_upload_bytes
     )
@@ -384,6 +387,10 @@ def create_submission(
             deployment_seed=deployment_seed, submission_id=submission_id
         ),
     )
+    # Which submission counts may now be this one: spend (or move) slip days, under the
+    # student's row lock taken above, so concurrent uploads spend them once.
+    slip_days.rederive(session, student_id=student.id, now=now)
+    rules = grades.rules(session, assignment=manifest.name, now=now, student_id=student.id)
     return QueuedSubmission(submission=submission, assignment=assignment, rules=rules,
                             used=used + 1)
 

@@ -62,8 +62,11 @@ class Standing:
         headline_speedup: the ranked number (the final run's in the final phase).
         grading_id: the grading that gives the ranked number.
         reason: why there is no rank (None when ranked).
-        grade: the student's grade (submissions/scoring.py); None: nothing graded.
+        grade: the student's grade (submissions/scoring.py): that of the submission that
+            counts (`graded_submission_id`: best or latest, the assignment's choice); None:
+            nothing graded.
         counts: the student's submissions of the assignment (all, late now, disqualified).
+        graded_submission_id: the submission the grade comes from (None: no submission).
     """
 
     rank: int | None
@@ -78,6 +81,7 @@ class Standing:
     reason: str | None
     grade: Grade | None
     counts: SubmissionCounts
+    graded_submission_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -160,7 +164,7 @@ class _Student:
 def _sort_student(rules: grades.AssignmentRules, student_id: int,
                   verdicts: list[SubmissionVerdict]) -> _Student:
     def late(v: SubmissionVerdict) -> bool:
-        return rules.is_late(student_id=student_id, uploaded_at=v.submitted_at)
+        return rules.verdict_late(v)
 
     counts = SubmissionCounts(total=len(verdicts), late=sum(1 for v in verdicts if late(v)),
                               disqualified=sum(1 for v in verdicts if v.disqualified))
@@ -286,7 +290,8 @@ def board(session: Session, *, assignment: str, now: dt.datetime) -> Board:
                 grade=rules.grade_of_verdict(best), counts=student.counts)))
         ranked, other_gpus = _on_one_gpu(ranked)
         return Board(assignment=row, rules=rules, phase=PROVISIONAL, final_run=None,
-                     standings=_ranked(ranked) + _unranked_order(unranked + other_gpus),
+                     standings=_counted(rules, by_student, _ranked(ranked)
+                                        + _unranked_order(unranked + other_gpus)),
                      running=running)
 
     by_submission = {v.submission_id: v for v in verdicts}
@@ -303,7 +308,7 @@ def board(session: Session, *, assignment: str, now: dt.datetime) -> Board:
         ranked_headline = grading.headline_speedup if reason is None else None
         if verdict.disqualified:
             reason = "disqualified: " + (verdict.disqualified_reason or "by staff")
-        elif rules.is_late(student_id=sid, uploaded_at=verdict.submitted_at):
+        elif rules.verdict_late(verdict):
             reason = student.reason if student.eligible is None else (
                 "late under today's due date; a new final run ranks the on-time submission")
         if reason is not None:
@@ -336,8 +341,35 @@ def board(session: Session, *, assignment: str, now: dt.datetime) -> Board:
             unranked.append(_unranked(student, students[sid], sid, rules))
     ranked, other_gpus = _on_one_gpu(ranked)
     return Board(assignment=row, rules=rules, phase=FINAL, final_run=run,
-                 standings=_ranked(ranked) + _unranked_order(unranked + other_gpus),
+                 standings=_counted(rules, by_student, _ranked(ranked)
+                                    + _unranked_order(unranked + other_gpus), final=True),
                  running=running)
+
+
+def _counted(rules: grades.AssignmentRules, by_student: dict[int, list[SubmissionVerdict]],
+             rows: list[Standing], *, final: bool = False) -> list[Standing]:
+    """Each row with the grade of the student's submission that counts (best or latest:
+    grades.AssignmentRules.choose_counted). The row's own submission keeps the grade the
+    board gave it (a final run's speed points); the others are graded by their current
+    grading, without speed points once a final run decides them (`final`)."""
+    counted_rows = []
+    for standing in rows:
+        verdicts = by_student.get(standing.student_id, [])
+
+        def grade_for(verdict: SubmissionVerdict, standing: Standing = standing) -> Grade | None:
+            if verdict.submission_id == standing.submission_id and standing.grade is not None:
+                return standing.grade
+            if final and verdict.status in TERMINAL_STATUSES:
+                return rules.grade_of_verdict(verdict, passed=_passed(verdict), headline=None)
+            return rules.grade_of_verdict(verdict)
+
+        chosen = rules.choose_counted(verdicts, grade_for, prefer=standing.submission_id)
+        if chosen is None:
+            counted_rows.append(standing)
+            continue
+        counted_rows.append(Standing(**{**standing.__dict__, "grade": grade_for(chosen),
+                                        "graded_submission_id": chosen.submission_id}))
+    return counted_rows
 
 
 def _unranked_order(rows: list[Standing]) -> list[Standing]:

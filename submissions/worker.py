@@ -33,7 +33,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from grader.stages import StageReport
-from submissions import repository, similarity
+from submissions import repository, similarity, slip_days
 from submissions.grading import GradingCancelled, InfrastructureFailure, WarmGrader, run_grader
 from submissions.models import utc_now
 from submissions.placement import describe_gpu, describe_launcher, format_cpu_list
@@ -396,7 +396,22 @@ class Worker:
                     "submission %s: result stored on try %s after %.1f s",
                     result.submission_id, tries, time.monotonic() - started,
                 )
+            if written is not FinishedGradingWrite.ALREADY_FINISHED:
+                self._rederive_slip_days(result.submission_id)
             return True
+
+    def _rederive_slip_days(self, submission_id: int) -> None:
+        """Re-derive the owner's slip days now that a grading of theirs has a verdict (which
+        submission counts may have changed: submissions/slip_days.py). Its own transaction,
+        after the result is stored: a failure here never costs a result, and the next upload,
+        regrade or settings change derives them again."""
+        try:
+            with self.session_factory.begin() as session:
+                submission = repository.get_submission(session, submission_id=submission_id)
+                if submission is not None:
+                    slip_days.rederive(session, student_id=submission.student_id, now=utc_now())
+        except Exception:  # noqa: BLE001 - logged; the result itself is stored
+            logger.exception("submission %s: re-deriving slip days failed", submission_id)
 
     def _record(self, job: ClaimedJob, write: Callable[[Session], object]) -> None:
         """Run `write` (an infrastructure failure or a hand-back; fenced by the lease token)
@@ -415,6 +430,8 @@ class Worker:
                         "submission %s: lease no longer held; outcome discarded",
                         job.submission_id,
                     )
+                else:  # an infrastructure error shown as final may change what counts
+                    self._rederive_slip_days(job.submission_id)
                 return
             except SQLAlchemyError:
                 logger.exception("submission %s: storing the outcome failed", job.submission_id)

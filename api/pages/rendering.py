@@ -46,12 +46,15 @@ PAGE_HEADERS = {
 
 
 def utc(moment: dt.datetime | None) -> str:
-    """``2026-12-01 03:47 UTC`` (as `grader submit` prints times); ``-`` for none."""
+    """``2026-12-01 03:47 UTC`` (as `grader submit` prints times), with the seconds when
+    they are not zero (``03:47:12 UTC``: lateness is decided to the second); ``-`` for none."""
     if moment is None:
         return "-"
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=dt.UTC)
-    return moment.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    moment = moment.astimezone(dt.UTC)
+    exact = moment.second == 0 and moment.microsecond == 0
+    return moment.strftime("%Y-%m-%d %H:%M UTC" if exact else "%Y-%m-%d %H:%M:%S UTC")
 
 
 def iso(moment: dt.datetime | None) -> str:

@@ -5,9 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from api.deps import STUDENT, CurrentPrincipal, NowDep, SessionDep
-from api.schemas import ErrorResponse, Me, TokenIssued
-from submissions import service, staff
-from submissions.errors import TokenNotRotatable
+from api.routes.students import slip_days_read
+from api.schemas import ErrorResponse, Me, SlipDaysRead, TokenIssued
+from submissions import service, slip_days, staff
+from submissions.errors import StudentRequired, TokenNotRotatable
 
 router = APIRouter(prefix="/api/v1/me", tags=["me"])
 
@@ -20,6 +21,16 @@ def read_me(principal: CurrentPrincipal) -> Me:
     if principal.staff is not None:
         return Me(role=principal.role, id=principal.staff.id, name=principal.staff.name)
     return Me(role=principal.role, id=None, name=principal.actor.name)
+
+
+@router.get("/slip-days", response_model=SlipDaysRead,
+            responses={403: {"model": ErrorResponse, "description": "not a student (student_required)"}})
+def read_my_slip_days(principal: CurrentPrincipal, session: SessionDep) -> SlipDaysRead:
+    """The calling student's slip days for the term (budget, spent, left)."""
+    if principal.student is None:
+        raise StudentRequired("slip days belong to students; staff read GET /api/v1/students/{id}/slip-days")
+    return slip_days_read(principal.student.id,
+                          slip_days.account(session, student_id=principal.student.id))
 
 
 @router.post("/token", response_model=TokenIssued,

@@ -16,12 +16,15 @@ from api.presenters import student_read
 from api.schemas import (
     ErrorResponse,
     RosterImported,
+    SlipDaySpendRead,
+    SlipDaysRead,
+    SlipDaysUpdate,
     StudentCreate,
     StudentCreated,
     StudentRead,
     TokenIssued,
 )
-from submissions import idempotency, repository, roster, service
+from submissions import idempotency, repository, roster, service, slip_days
 from submissions.errors import StudentNotFound
 
 router = APIRouter(prefix="/api/v1/students", tags=["students"])
@@ -108,3 +111,30 @@ def rotate_student_token(student_id: StudentId, session: SessionDep, principal: 
                                           actor=principal.actor, now=now)
     return TokenIssued(kind="student", id=issued.student.id, name=issued.student.name,
                        token=issued.token)
+
+
+def slip_days_read(student_id: int, held: slip_days.SlipDayAccount) -> SlipDaysRead:
+    """A student's slip-day account as the API carries it."""
+    return SlipDaysRead(student_id=student_id, budget=held.budget, used=held.used,
+                        left=held.left,
+                        spent=[SlipDaySpendRead(assignment=a, submission_id=s, days=d)
+                               for a, (s, d) in sorted(held.spent.items())])
+
+
+@router.get("/{student_id}/slip-days", response_model=SlipDaysRead,
+            responses={404: {"model": ErrorResponse, "description": "student_not_found"}})
+def read_slip_days(student_id: StudentId, session: SessionDep, _: StaffOnly) -> SlipDaysRead:
+    """The student's slip days for the term: budget, what is spent on which submission, left."""
+    return slip_days_read(student_id, slip_days.account(session, student_id=student_id))
+
+
+@router.put("/{student_id}/slip-days", response_model=SlipDaysRead,
+            responses={404: {"model": ErrorResponse, "description": "student_not_found"},
+                       422: {"model": ErrorResponse, "description": "slip_days_invalid"}})
+def set_slip_days(student_id: StudentId, body: SlipDaysUpdate, session: SessionDep,
+                  principal: InstructorOnly, now: NowDep) -> SlipDaysRead:
+    """Set the student's slip-day budget for the term (audited with the reason); what is
+    spent is derived again at once (submissions/slip_days.py)."""
+    held = slip_days.set_budget(session, student_id=student_id, days=body.days,
+                                reason=body.reason, actor=principal.actor, now=now)
+    return slip_days_read(student_id, held)

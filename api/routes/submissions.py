@@ -47,7 +47,7 @@ from api.schemas import (
 )
 from api.uploads import UPLOAD_OPENAPI, UploadDep
 from api.views import submission_summaries
-from submissions import exports, grades, idempotency, moderation, repository, service
+from submissions import exports, grades, idempotency, moderation, repository, service, slip_days
 from submissions.errors import Overloaded, StudentNotFound
 from submissions.exports import GradescopeResults
 from submissions.models import Submission
@@ -107,13 +107,19 @@ def create_submission(
         settings=settings,
         now=now,
     )
+    charge = queued.rules.charge(student_id=student.id, submission_id=queued.submission.id,
+                                 uploaded_at=queued.submission.created_at)
+    held = slip_days.account(session, student_id=student.id)
     answer = SubmissionCreated(
         id=queued.submission.id, status=queued.submission.current_grading.status
         if queued.submission.current_grading else "queued",
         assignment=queued.submission.assignment,
-        late=queued.rules.submission_late(queued.submission),
+        late=charge.late,
         due_at=queued.rules.due_for(student.id), submissions_used=queued.used,
         max_submissions=queued.assignment.max_submissions,
+        late_text=charge.describe() if charge.late_by.total_seconds() > 0 else None,
+        slip_days_spent=held.spent.get(queued.submission.assignment, (0, 0))[1],
+        slip_days_left=held.left,
     )
     idempotent.finish(session, claim, status_code=202, body=answer.model_dump(mode="json"))
     return answer

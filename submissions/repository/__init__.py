@@ -12,6 +12,7 @@ Callers import the package (``from submissions import repository``) and call
   explains why a job is claimed and finalised exactly once.
 - `regrades`, `final_runs`: gradings staff add to submissions.
 - `extensions`: students' extensions of due dates.
+- `slip_days`: slip-day budgets and spends; the check verdicts per-check points read.
 - `standings`: the queries behind the leaderboard and the grade exports.
 - `audit`: the staff action log.
 - `idempotency`: stored first answers of POSTs sent with an Idempotency-Key.
@@ -32,6 +33,7 @@ from submissions.repository.observability import *  # noqa: F403
 from submissions.repository.queue import *  # noqa: F403
 from submissions.repository.regrades import *  # noqa: F403
 from submissions.repository.similarity import *  # noqa: F403
+from submissions.repository.slip_days import *  # noqa: F403
 from submissions.repository.staff import *  # noqa: F403
 from submissions.repository.standings import *  # noqa: F403
 from submissions.repository.students import *  # noqa: F403

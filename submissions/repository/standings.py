@@ -37,9 +37,11 @@ class SubmissionVerdict:
     device: str | None
 
 
-def assignment_verdicts(session: Session, *, assignment: str) -> list[SubmissionVerdict]:
-    """Every submission of `assignment`, ordered by upload time then id."""
-    rows = session.execute(
+def assignment_verdicts(session: Session, *, assignment: str,
+                        student_id: int | None = None) -> list[SubmissionVerdict]:
+    """Every submission of `assignment` (of every student, or only `student_id`), ordered
+    by upload time then id."""
+    statement = (
         select(Submission.id, Submission.student_id, Submission.created_at,
                Submission.disqualified_at, Submission.disqualified_reason, Student.name,
                Grading.id.label("grading_id"), Grading.status, Grading.headline_speedup,
@@ -48,7 +50,10 @@ def assignment_verdicts(session: Session, *, assignment: str) -> list[Submission
         .outerjoin(Grading, and_(Grading.submission_id == Submission.id, Grading.is_current))
         .where(Submission.assignment == assignment)
         .order_by(Submission.created_at, Submission.id)
-    ).all()
+    )
+    if student_id is not None:
+        statement = statement.where(Submission.student_id == student_id)
+    rows = session.execute(statement).all()
     return [
         SubmissionVerdict(
             student_id=row.student_id, student_name=row.name, submission_id=row.id,

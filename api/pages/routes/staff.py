@@ -29,6 +29,7 @@ from submissions import (
     regrades,
     repository,
     service,
+    slip_days,
     standings,
 )
 from submissions.errors import DomainError, StudentNotFound
@@ -115,7 +116,35 @@ def read_student(request: Request, student_id: Annotated[int, Path(ge=1, le=MAX_
     rows = submission_summaries(session, student_id=student_id, assignment=None, status=None,
                                 limit=500, offset=0, now=now)
     return render(request, "student.html", viewer=viewer, student=student_read(student),
-                  rows=rows)
+                  rows=rows, slip=slip_days.account(session, student_id=student_id),
+                  done=request.query_params.get("done"), error=None)
+
+
+@router.post("/staff/students/{student_id}/slip-days")
+def set_slip_days(request: Request, student_id: Annotated[int, Path(ge=1, le=MAX_DB_INT)],
+                  viewer: InstructorViewer, checked: CheckedForm, session: SessionDep,
+                  now: NowDep) -> Response:
+    """Set the student's slip-day budget (slip_days.set_budget: audited, re-derived)."""
+    _, form = checked
+    try:
+        days = int(form.first("days").strip())
+    except ValueError:
+        days = -1
+    try:
+        slip_days.set_budget(session, student_id=student_id, days=days,
+                             reason=form.first("reason"), actor=viewer.principal.actor, now=now)
+    except DomainError as exc:
+        session.rollback()
+        student = repository.get_student(session, student_id=student_id)
+        if student is None:
+            raise
+        rows = submission_summaries(session, student_id=student_id, assignment=None,
+                                    status=None, limit=500, offset=0, now=now)
+        return render(request, "student.html", viewer=viewer, status_code=exc.http_status,
+                      student=student_read(student), rows=rows,
+                      slip=slip_days.account(session, student_id=student_id), done=None,
+                      error=exc)
+    return redirect(f"/staff/students/{student_id}?done=slip_days")
 
 
 # ----------------------------------------------------------------------- disqualification
@@ -264,7 +293,33 @@ def _form_values(row: Any) -> dict[str, str]:
         "correctness_points": f"{row.correctness_points:g}",
         "speed_points": ", ".join(f"{t['min_speedup']:g}:{t['points']:g}"
                                   for t in row.speed_points or []),
+        "counting": row.counting,
+        "late_percent": "" if row.late_percent is None else f"{row.late_percent:g}",
+        "late_unit": row.late_unit or "",
+        "late_cap": "" if row.late_cap is None else f"{row.late_cap:g}",
+        "late_after_cap": row.late_after_cap,
+        "check_points": ", ".join(f"{name}:{points:g}"
+                                  for name, points in (row.check_points or {}).items()),
     }
+
+
+#: Course-policy fields a form may leave out (an older page, a script): absent means unchanged.
+_OPTIONAL_FIELDS = ("counting", "late_percent", "late_unit", "late_cap", "late_after_cap",
+                    "check_points")
+
+
+def _parse_check_points(text: str) -> dict[str, str] | str | None:
+    """``name:points, ...`` -> {name: points} (the schema checks the numbers); empty: None
+    (the assignment folder's points)."""
+    points = {}
+    for item in text.replace(";", ",").split(","):
+        if not item.strip():
+            continue
+        name, sep, value = item.partition(":")
+        if not sep:
+            return item
+        points[name.strip()] = value.strip()
+    return points or None
 
 
 def _normalised(key: str, text: str) -> str:
@@ -276,8 +331,13 @@ def _normalised(key: str, text: str) -> str:
         if key in ("opens_at", "due_at") and text:
             moment = dt.datetime.fromisoformat(text.removesuffix("Z"))
             return moment.strftime("%Y-%m-%dT%H:%M")
-        if key in ("rate_limit_window_s", "correctness_points") and text:
+        if key in ("rate_limit_window_s", "correctness_points", "late_percent",
+                   "late_cap") and text:
             return f"{float(text):g}"
+        if key == "check_points":
+            points = _parse_check_points(text)
+            if isinstance(points, dict):
+                return ", ".join(f"{name}:{float(value):g}" for name, value in points.items())
         if key == "speed_points":
             thresholds = _parse_thresholds(text)
             if isinstance(thresholds, list):
@@ -317,7 +377,8 @@ def update_settings(request: Request, name: Annotated[str, Path(max_length=100)]
     _, form = checked
     row = assignments.load(session, name=name, now=now)
     before = _form_values(row)
-    sent = {key: form.first(key) for key in before}
+    sent = {key: form.first(key, default=before[key] if key in _OPTIONAL_FIELDS else "")
+            for key in before}
     sent["leaderboard_visible"] = "on" if form.first("leaderboard_visible") else ""
     changed = {key for key in before if _normalised(key, sent[key]) != before[key]}
     raw: dict[str, Any] = {}
@@ -329,7 +390,9 @@ def update_settings(request: Request, name: Annotated[str, Path(max_length=100)]
             raw[key] = bool(text)
         elif key == "speed_points":
             raw[key] = _parse_thresholds(text)
-        elif key == "late_policy":
+        elif key == "check_points":
+            raw[key] = _parse_check_points(text)
+        elif key in ("late_policy", "counting", "late_after_cap"):
             raw[key] = text
         else:
             raw[key] = text or None

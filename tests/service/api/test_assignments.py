@@ -39,10 +39,17 @@ def test_every_manifest_assignment_is_listed_with_default_settings(client) -> No
     assert first["opens_at"] is None and first["due_at"] is None and first["is_open"]
     assert first["late_policy"] == "mark_late" and first["max_submissions"] is None
     assert first["leaderboard_visible"] is True
-    assert first["points"] == {"correctness_points": 100.0, "speed_points": [], "max_points": 100.0}
+    points = first["points"]
+    assert {k: points[k] for k in ("correctness_points", "speed_points", "max_points")} == {
+        "correctness_points": 100.0, "speed_points": [], "max_points": 100.0}
+    # The folder's points.toml: every check with its points, summing to the correctness points.
+    assert points["check_points"][0] == {"name": "example_two_element", "points": 4.0}
+    assert sum(c["points"] for c in points["check_points"]) == 100.0
+    assert points["counting"] == "best" and points["check_points_overridden"] is False
     assert first["rate_limit_submissions"] == 20 and first["rate_limit_window_s"] == 3600
     assert first["you"] == {"submissions_used": 0, "submissions_left": None, "due_at": None,
-                            "extension": False}
+                            "extension": False, "slip_days_budget": 0, "slip_days_left": 0,
+                            "slip_days_spent": 0, "late_now": None}
     assert first["updated_by"] is None
 
 
@@ -160,7 +167,8 @@ def test_submission_limit_counts_everything_but_infrastructure_errors(client, db
     assert (error["max_submissions"], error["used"]) == (2, 2)
     assignment = client.get("/api/v1/assignments/softmax_backward", headers=bearer(token)).json()
     assert assignment["you"] == {"submissions_used": 2, "submissions_left": 0, "due_at": None,
-                                 "extension": False}
+                                 "extension": False, "slip_days_budget": 0, "slip_days_left": 0,
+                                 "slip_days_spent": 0, "late_now": None}
     # Our fault does not use up a submission.
     db_session.execute(update(Grading).where(Grading.submission_id == first["id"]).values(
         status=SubmissionStatus.ERROR, error_kind=INFRASTRUCTURE_ERROR))

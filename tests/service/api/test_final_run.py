@@ -171,7 +171,10 @@ def test_a_disqualified_submission_leaves_the_final_ranking(client, db_session) 
     assert [(r["rank"], r["student_name"]) for r in rows if r["rank"]] == [(1, "bob")]
     ada = next(r for r in rows if r["student_name"] == "ada")
     assert ada["reason"] == "disqualified: copied"
-    assert ada["score"]["text"] == "0 of 100 (disqualified; 100 before)"
+    # Her best submission that was not disqualified counts (counting "best"): the older
+    # 1.1x pass, whose speed points the final run (which did not time it) does not give.
+    assert ada["score"]["text"] == "50 of 100"
+    assert ada["graded_submission_id"] == ids["ada_old"]
 
 
 @pytest.mark.parametrize("case", ["no_due_date", "before_due_date", "final_run_empty"])

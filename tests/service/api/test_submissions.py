@@ -22,7 +22,8 @@ def test_valid_upload_is_queued_and_stored_with_its_hash(client, db_session, set
     submission_id = response.json()["id"]
     assert response.json() == {
         "id": submission_id, "status": "queued", "assignment": "softmax_backward",
-        "late": False, "due_at": None, "submissions_used": 1, "max_submissions": None}
+        "late": False, "due_at": None, "submissions_used": 1, "max_submissions": None,
+        "late_text": None, "slip_days_spent": 0, "slip_days_left": 0}
 
     stored = db_session.get(Submission, submission_id)
     assert stored.source_text == source

@@ -22,3 +22,29 @@ def test_the_grade_and_how_it_is_written() -> None:
     assert (failed.total, failed.earned.total, failed.text()) == (0, 0, "0 of 100")
     assert grade(POLICY, passed=True, headline=0.9, late=False,
                  disqualified=False).text() == "60 of 100"
+
+
+def test_points_per_check_and_the_late_penalty() -> None:
+    import datetime as dt
+
+    from submissions.lateness import LateCurve, late_charge
+    from submissions.scoring import CheckOutcome
+
+    policy = PointsPolicy.from_stored(60, [], {"a": 1, "b": 2, "c": 3})
+    assert policy.check_points == (("a", 10), ("b", 20), ("c", 30))
+    checks = [CheckOutcome("a", passed=True, ran=True), CheckOutcome("b", passed=False, ran=True),
+              CheckOutcome("c", passed=False, ran=False)]
+    partial = grade(policy, passed=False, headline=None, late=False, disqualified=False,
+                    checks=checks)
+    assert (partial.total, partial.text()) == (10, "10 of 60")
+    assert [(c.name, c.earned, c.state) for c in partial.credits] == [
+        ("a", 10, "passed"), ("b", 0, "failed"), ("c", 0, "not_run")]
+    # A pass earns every check's points, a skipped one included.
+    assert grade(policy, passed=True, headline=None, late=False, disqualified=False,
+                 checks=checks).total == 60
+    due = dt.datetime(2026, 12, 15, tzinfo=dt.UTC)
+    charge = late_charge(due + dt.timedelta(days=1), due,
+                         curve=LateCurve(percent=10, unit="day", cap=3, after_cap="zero"))
+    late = grade(policy, passed=True, headline=None, late=False, disqualified=False,
+                 charge=charge)
+    assert late.text() == "54 of 60 (60 before a 10% late penalty, 1 day late)"
