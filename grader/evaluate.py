@@ -16,6 +16,7 @@ import torch
 from grader.checks import Comparison, Tolerance, compare
 from grader.contract import CheckOutcome
 from grader.plan import CheckEvidence, PlannedCall, PlannedCheck, dtype_name
+from grader.poison import diagnose_unwritten
 
 #: ``diagnose(out, call, evidence) -> sentence or ""``: names a known mistake the output matches.
 Diagnose = Callable[[torch.Tensor, PlannedCall, CheckEvidence], str]
@@ -222,8 +223,10 @@ def evaluate_values(check: PlannedCheck, evidence: CheckEvidence, *, hint: str,
                     if not failures:  # only the first failure is shown, so only it is diagnosed
                         # A known wrong formula first: it names the mistake itself, where the coverage
                         # patterns (a column or row block wrong, NaN) only say where it shows.
-                        if diagnose is not None and round_index == 0 and expectation.index == 0:
+                        if diagnose is not None and round_index == 0:  # any output: dw and db swapped, say
                             finding = diagnose(out, call, evidence)
+                        if not finding:
+                            finding = diagnose_unwritten(out)
                         if not finding:
                             ratio = _ratio(out, expected, scale, slack, tolerance)
                             strided = _strided(call) and hint_for(evidence, hint, hint_requires).startswith(" Hint:")

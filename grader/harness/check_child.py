@@ -60,6 +60,8 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # python -I leaves the script's folder out
 import interpreter_bf16  # noqa: E402  (the harness's sibling files)
+import interpreter_compat  # noqa: E402
+import poison  # noqa: E402
 import protocol  # noqa: E402
 from compilation import (  # noqa: E402
     _PASS_PEAK,
@@ -159,6 +161,8 @@ class Child:
         narrow_autotuners_for_interpreter(self.narrowed)
         if self.recorder.interpret:
             interpreter_bf16.install()  # bf16 arithmetic through fp32, as a GPU rounds it
+            interpreter_compat.install()  # libdevice math, and/or/not between tensors, as compiled
+        poison.install()  # memory the submission never writes holds the same poison every run
         self.progress.write("import")
         sys.path.insert(0, self.workdir)
         try:
@@ -590,7 +594,8 @@ class Child:
                 return 0
         self.record_benchmark_rows()
         self.write_recording()
-        _write_json(os.path.join(self.workdir, "done.json"), {"phase": "done", "notes": autotune_notes(self.narrowed)})
+        _write_json(os.path.join(self.workdir, "done.json"), {"phase": "done", "notes": [
+            *autotune_notes(self.narrowed), *interpreter_compat.notes()]})
         self.progress.write("done")
         return 0
 
