@@ -53,3 +53,14 @@ def not_run_on_cpu(check: PlannedCheck, evidence: CheckEvidence, outcome: CheckO
     return CheckOutcome(name=check.name, passed=False, skipped=True,
                         message=f"not run on the CPU: {name} {UNAVAILABLE_MARK}",
                         details={"cpu_cannot_judge": name})
+
+
+def cpu_cannot_judge_notes(outcomes: list[CheckOutcome]) -> list[str]:
+    """One note for the checks not run for a libdevice function, so that a verdict of the CPU
+    interpreter never reads as if they had passed."""
+    names = [o.name for o in outcomes if o.skipped and (o.details or {}).get("cpu_cannot_judge")]
+    if not names:
+        return []
+    functions = sorted({o.details["cpu_cannot_judge"] for o in outcomes if o.name in names})
+    return [f"{len(names)} checks ({', '.join(names)}) were not run: the CPU interpreter does not evaluate "
+            f"{', '.join(functions)}; a GPU grading runs them (docs/checks.md, \"What the CPU cannot judge\")."]

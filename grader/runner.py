@@ -52,6 +52,7 @@ from grader.evidence import (
     compile_report,
     read_evidence,
 )
+from grader.interpreter_limits import cpu_cannot_judge_notes
 from grader.placement import finish_placement, start_placement
 from grader.plan import CheckEvidence, Plan
 from grader.settings import GraderSettings
@@ -249,6 +250,7 @@ def _checks_beside_isolated(plan: Plan, assignment: Assignment, source: str, rep
         _finish_replay(sent, timing, evidence_calls, replay_process, run, others_passed=others_passed)
         timings["replay"] = time.monotonic() - replay_started
         outcomes = evaluate_checks(plan, evidence, finished, error, previous=outcomes, stopped_early=stopped_early)
+    notes += cpu_cannot_judge_notes(outcomes)
     run.fields = {
         "verdict": decide_verdict(outcomes, error, len(plan.checks), failures_before_error=failures_before_error),
         "error": error,
