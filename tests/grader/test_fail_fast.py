@@ -19,8 +19,10 @@ from grading_support import (
     summary,
 )
 
+from grader.children import PrestartedChild
 from grader.contract import CheckOutcome
 from grader.plan import CheckEvidence, PlannedCheck
+from grader.runner import grade_source
 from grader.verdicts import decide_verdict, evaluate_checks
 
 PER_COLUMN = TESTS_DIR / "grader" / "fail_fast" / "wrong_axis_per_column.py"
@@ -53,6 +55,19 @@ def test_a_check_that_failed_stays_failed_and_none_other_fails(gradings):
     assert document["verdict"] == "failed", summary(document)
     assert failed_checks(document) and failed_checks(document) <= expected, summary(document)
     assert not passed_checks(document) & expected, summary(document)
+
+
+@requires_bwrap
+def test_the_child_started_ahead_of_its_job_is_stopped_too():
+    # The worker's path: the checks run in a child started before the job came.
+    limits = settings(fail_fast_s=10.0)
+    prestarted = PrestartedChild(device="cpu", settings=limits)
+    document = grade_source(PER_COLUMN.read_bytes(), assignment="softmax_backward", device="cpu", settings=limits,
+                            prestarted=prestarted)
+    assert "plan" in prestarted._outcome.progress.marks, "the checks ran in the child started ahead"
+    assert document.verdict.value == "failed" and document.error is None, document.checks
+    assert any(c.skipped and "fail fast" in c.message for c in document.checks), document.checks
+    assert prestarted._outcome.cancelled and not prestarted.grading_dir.exists()
 
 
 def _check(name: str, passed: bool) -> PlannedCheck:
