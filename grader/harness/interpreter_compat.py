@@ -41,8 +41,6 @@ BOOL_OP_DEPRECATION = ("Logical operators 'and' and 'or' are deprecated for non-
 #: At most this many distinct notes (one per kernel line) are kept.
 MAX_NOTES = 5
 
-_notes: list[str] = []
-
 
 class LibdeviceUnavailable(NotImplementedError):
     """A libdevice function the CPU interpreter does not evaluate; the message names it. The
@@ -54,13 +52,22 @@ UNAVAILABLE_MARK = "is not available on the CPU interpreter; this check runs on 
 
 
 def notes() -> list[str]:
-    """What the compiler would have warned about in the kernels run so far (for done.json)."""
-    return list(_notes)
+    """What the compiler would have warned about in the kernels run so far (for done.json): one
+    note per file, naming its lines."""
+    return [f"{name}:{', '.join(str(line) for line in sorted(lines))}: {BOOL_OP_DEPRECATION} (the GPU compiler warns"
+            f" so and computes the element-wise {' and '.join(sorted(kinds))}; so does the CPU interpreter here)"
+            for name, (lines, kinds) in list(_bool_ops.items())[:MAX_NOTES]]
 
 
-def _note(text: str) -> None:
-    if text not in _notes and len(_notes) < MAX_NOTES:
-        _notes.append(text)
+#: file name -> (lines, {"and", "or"}) of and/or between block tensors seen so far.
+_bool_ops: dict[str, tuple[set[int], set[str]]] = {}
+
+
+def _note_bool_op(filename: str, line: int, kind: str) -> None:
+    lines, kinds = _bool_ops.setdefault(filename.rsplit("/", 1)[-1], (set(), set()))
+    if len(lines) < 20:
+        lines.add(line)
+    kinds.add(kind)
 
 
 # ---- libdevice ------------------------------------------------------------------------------
@@ -241,8 +248,7 @@ def _make_bool_helpers(interpreter):
                     return value
                 continue
             if value.type.is_block():
-                _note(f"{filename.rsplit('/', 1)[-1]}:{line}: {BOOL_OP_DEPRECATION} (the GPU compiler warns so; it computes the"
-                      f" element-wise {kind}, and so does the CPU interpreter here)")
+                _note_bool_op(filename, line, kind)
             tensors.append(value)
         if not tensors:
             return value
