@@ -249,7 +249,7 @@ def evaluate_values(check: PlannedCheck, evidence: CheckEvidence, *, hint: str,
                         if diagnose is not None and round_index == 0:  # any output: dw and db swapped, say
                             finding = diagnose(out, call, evidence)
                         if not finding:
-                            finding = diagnose_launches(evidence.calls[round_id].report)
+                            finding = diagnose_launches(evidence.calls[round_id].report, refilled=round_index > 0)
                         if not finding:
                             finding = diagnose_unwritten(out)
                         if not finding:

@@ -11,10 +11,16 @@ from __future__ import annotations
 from grader.harness.protocol import CallReport
 
 
-def diagnose_launches(report: CallReport | None) -> str:
-    """A sentence when the call launched nothing, or launched empty grids; else ""."""
+def diagnose_launches(report: CallReport | None, *, refilled: bool = False) -> str:
+    """A sentence when the call launched nothing, or launched empty grids; else "".
+    ``refilled``: the call is a later round on the same buffers refilled with new values (a
+    call without a launch there returned an answer kept from an earlier round)."""
     if report is None or report.status != "ok":
         return ""
+    if report.launches == 0 and refilled:
+        return (" No Triton launch ran in this call on the same buffers refilled with new values: an answer cached from"
+                " an earlier call came back (the same pointers and shape do not mean the same values): compute on"
+                " every call.")
     if report.launches == 0:
         return (" No Triton launch ran in this call: the output is what the wrapper allocated (a launch skipped by a"
                 " condition, or a return before it).")

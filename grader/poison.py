@@ -57,8 +57,8 @@ def diagnose_unwritten(out: torch.Tensor) -> str:
     block = _uncovered_block(mask)
     if block is not None:
         what, first, advice = block
-        return (f" {count} outputs were left unwritten (they hold the poison the grader puts in memory a submission"
-                f" allocates): every {what} from {what} {first} on. Look for {advice}.")
+        return (f" {count} outputs hold the poison the grader puts in memory a submission allocates: the kernel left"
+                f" those outputs unwritten, every {what} from {what} {first} on. Look for {advice}.")
     first_at = [int(i) for i in torch.nonzero(mask)[0]]
     return (f" {count} outputs (the first at {first_at}) hold the grader's poison, the value it puts in memory a"
             f" submission allocates: the kernel accumulated into or returned memory that was never written"

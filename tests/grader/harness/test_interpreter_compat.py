@@ -147,5 +147,5 @@ def test_a_poisoned_tail_block_is_named_as_left_unwritten():
     out = torch.ones(4, 8)
     out[:, 5:].view(torch.int32).fill_(-1)  # every column from 5 on: a loop that stops short
     finding = diagnose_unwritten(out)
-    assert "left unwritten" in finding and "every column from column 5 on" in finding, finding
+    assert "left those outputs unwritten" in finding and "every column from column 5 on" in finding, finding
     assert "never written" not in finding  # the scratch buffer's words are for memory accumulated into
