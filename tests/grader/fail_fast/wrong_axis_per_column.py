@@ -2,7 +2,7 @@
 as one program per column that loops over the rows in chunks: a column reduction, as a student
 writes it when the axes are swapped. Wrong from the two-element example on, and slow under the
 CPU interpreter (one program per column of the long rows: every later call takes seconds to
-minutes), so without fail fast its verdict came at the CPU limit, 310 s (issue #38).
+minutes): issue #38's file of this kind got its verdict after 310 s, at the CPU limit.
 """
 import torch
 import triton
