@@ -183,6 +183,11 @@ class PrestartedChild:
         except BaseException as exc:  # noqa: BLE001 - the run falls back to a child of its own
             self._failure = exc
 
+    @property
+    def cancel_event(self) -> threading.Event:
+        """Set to stop the child (the fail-fast watch sets it when this child runs the checks)."""
+        return self._cancel
+
     def waiting(self) -> bool:
         """The child still waits for its plan (it has not ended, and was not handed one)."""
         return self._handed is None and self._thread.is_alive()
@@ -376,3 +381,94 @@ def limits_with_compilation(limits: dict, settings: GraderSettings, device: str)
     return {**limits, "precompile_threads": precompile_threads(settings),
             "compile_memory_bytes": int(settings.memory_limit_bytes * COMPILE_MEMORY_SHARE)}
 
+
+
+class FailFastWatch:
+    """Reads the main child's finished steps while it runs and, once a check with calls has
+    failed, stops the child ``budget_s`` wall seconds later (``settings.fail_fast_s``): a wrong
+    kernel's verdict comes in seconds, not at the CPU limit (issue #38). Nothing here decides a
+    verdict: the parent evaluates every check again from the evidence once the child has ended
+    (``evaluate_checks``); this only chooses when to stop waiting.
+
+    A step counts once its ``step_<i>.json`` parses (the child writes it after its tensors), so
+    a report read half-written is read again later, not taken for a failure.
+
+    Attributes:
+        failed: the first check seen failing, or None.
+        stopped: the watch set ``events`` (the child was told to stop).
+    """
+
+    POLL_S = 0.25
+
+    def __init__(self, plan: Plan, workdir: Path, budget_s: float, events: list[threading.Event]) -> None:
+        self.plan, self.workdir, self.budget_s, self.events = plan, workdir, budget_s, events
+        self.steps = plan.steps(isolated=False)
+        self.failed: str | None = None
+        self.failed_at: float | None = None
+        self.stopped = False
+        self._done = threading.Event()
+        self._earlier: dict = {}
+        self._thread = threading.Thread(target=self._run, name="fail-fast", daemon=True)
+        self._thread.start()
+
+    def _finished_steps(self) -> int:
+        """How many steps from the first have a complete report."""
+        from grader.harness.protocol import StepReport
+
+        count = 0
+        for index in range(len(self.steps)):
+            path = self.workdir / f"step_{index}.json"
+            try:
+                if path.is_symlink() or not path.is_file():
+                    break
+                StepReport.model_validate_json(path.read_bytes()[: 1 << 20])
+            except (OSError, ValueError):
+                break
+            count += 1
+        return count
+
+    def _failure_in(self, start: int, stop: int) -> str | None:
+        calls, _ = read_evidence(self.steps[:stop], self.workdir)
+        evidence = CheckEvidence(calls=calls, bank=self.plan.bank, earlier=self._earlier)
+        for check in self.steps[:stop]:
+            if check.name in self._earlier or check.skip_reason is not None or not check.calls:
+                continue
+            outcome = check.evaluate(check, evidence)
+            self._earlier[check.name] = outcome
+            if not outcome.passed and not outcome.skipped:
+                return check.name
+        return None
+
+    def _run(self) -> None:
+        seen = 0
+        try:
+            while not self._done.is_set():
+                now = time.monotonic()
+                if self.failed_at is not None:
+                    if now - self.failed_at >= self.budget_s:
+                        self.stopped = True
+                        for event in self.events:
+                            event.set()
+                        return
+                    self._done.wait(min(self.POLL_S, self.budget_s - (now - self.failed_at)))
+                    continue
+                count = self._finished_steps()
+                if count > seen:
+                    failed = self._failure_in(seen, count)
+                    seen = count
+                    if failed is not None:
+                        self.failed, self.failed_at = failed, time.monotonic()
+                        continue
+                self._done.wait(self.POLL_S)
+        except Exception:  # noqa: BLE001 - the watch only saves time; the verdict is decided after the run
+            return
+
+    def close(self) -> None:
+        """Stop watching (the child has ended)."""
+        self._done.set()
+        self._thread.join(timeout=30)
+
+    def not_run_message(self) -> str:
+        """What a check the stopped run did not reach says."""
+        return (f"not run: {self.failed} failed, so the grading stopped {self.budget_s:g} s later (fail fast); "
+                f"fix {self.failed} and grade again to run this check")

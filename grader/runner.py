@@ -11,6 +11,7 @@ from __future__ import annotations
 import platform
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from grader.assignments import Assignment, get_assignment
 from grader.bwrap import sandbox_label
 from grader.child_files import ChildFileRejected
 from grader.children import (
+    FailFastWatch,
     IsolatedChild,
     PrestartedChild,
     child_notes,
@@ -50,6 +52,7 @@ from grader.evidence import (
     compile_report,
     read_evidence,
 )
+from grader.interpreter_limits import cpu_cannot_judge_notes
 from grader.parent_limits import ParentBudgetSpent, charged_cpu_budget, unreadable_output_error
 from grader.placement import finish_placement, start_placement
 from grader.plan import CheckEvidence, Plan
@@ -175,8 +178,19 @@ def _checks_beside_isolated(plan: Plan, assignment: Assignment, source: str, rep
                             grading_dir: Path, cache_dir: Path, timings: dict[str, float], rows: list[dict],
                             benchmark_options, prestarted: PrestartedChild | None = None) -> _Run:
     """``_checks_with_replay`` once the isolated child (if the plan has one) runs beside."""
-    workdir, outcome = run_child(plan, assignment, source, isolated=False, device=device, settings=settings,
-                                  grading_dir=grading_dir, cache_dir=cache_dir, rows=rows, prestarted=prestarted)
+    cancel = threading.Event()
+    # Fail fast: a check seen failing while the child runs gives it settings.fail_fast_s more.
+    watch = (FailFastWatch(plan, grading_dir / "check", settings.fail_fast_s,
+                           [cancel, *([prestarted.cancel_event] if prestarted is not None else [])])
+             if settings.fail_fast_s > 0 else None)
+    try:
+        workdir, outcome = run_child(plan, assignment, source, isolated=False, device=device, settings=settings,
+                                      grading_dir=grading_dir, cache_dir=cache_dir, rows=rows, prestarted=prestarted,
+                                      cancel=cancel)
+    finally:
+        if watch is not None:
+            watch.close()
+    stopped_early = watch.not_run_message() if watch is not None and watch.stopped and outcome.cancelled else None
     pass_notes: list[str] = []
     if precompile_faulted(workdir, outcome):
         # The compile-only pass (calls whose kernels are not launched) faulted the CUDA context
@@ -195,7 +209,8 @@ def _checks_beside_isolated(plan: Plan, assignment: Assignment, source: str, rep
         try:
             return _judge_children(plan, assignment, source, replay_process, isolated, workdir, outcome, pass_notes,
                                    device=device, settings=settings, grading_dir=grading_dir, cache_dir=cache_dir,
-                                   timings=timings, rows=rows, benchmark_options=benchmark_options)
+                                   timings=timings, rows=rows, benchmark_options=benchmark_options,
+                                   stopped_early=stopped_early)
         except (InfrastructureError, ChildFileRejected, ParentBudgetSpent):
             raise
         except Exception as exc:  # noqa: BLE001 - who pays: what the submission produced broke a reader
@@ -205,18 +220,24 @@ def _checks_beside_isolated(plan: Plan, assignment: Assignment, source: str, rep
 def _judge_children(plan: Plan, assignment: Assignment, source: str, replay_process, isolated: IsolatedChild | None,
                     workdir: Path, outcome, pass_notes: list[str], *, device: str, settings: GraderSettings,
                     grading_dir: Path, cache_dir: Path, timings: dict[str, float], rows: list[dict],
-                    benchmark_options) -> _Run:
+                    benchmark_options, stopped_early: str | None) -> _Run:
     """``_checks_beside_isolated`` once the main child ended: read its evidence, run the
-    isolated child and the replay, evaluate every check."""
+    isolated child and the replay, evaluate every check. ``stopped_early``: why the fail-fast
+    watch stopped the main child (the checks it did not reach), or None."""
     timings["child"] = outcome.duration_s
     timings["compile"] = outcome.compile_s
     if outcome.cpu_s is not None:  # CPU runs: the seconds the limit counts (child_limits.CpuClock)
         timings["child_cpu"] = outcome.cpu_s
     timings.update(child_phases(outcome))
     evidence_calls, finished = read_evidence(plan.steps(isolated=False), workdir, plan.bank)
-    # A child that filled its grading's tmpfs ended for that, whatever it did next.
-    process_error = work_folder_full(grading_dir, settings) or child_error(
-        outcome, workdir, settings, device=device, first_input=first_input_of(plan))
+    # A child that filled its grading's tmpfs ended for that, whatever it did next. A child the
+    # fail-fast watch stopped ended for that (unless a limit of its own ended it first).
+    process_error = work_folder_full(grading_dir, settings)
+    if process_error is None and (stopped_early is None or outcome.memory_exceeded or outcome.output_exceeded
+                                  or outcome.process_limit_hit):
+        process_error = child_error(outcome, workdir, settings, device=device, first_input=first_input_of(plan))
+    if process_error is not None:
+        stopped_early = None
     error = process_error or call_level_error(evidence_calls)
     # The run ended at a call (not at the import, and not a limit that broke the calls after it):
     # checks that failed before are failures of the submission, whatever happened next.
@@ -233,24 +254,25 @@ def _judge_children(plan: Plan, assignment: Assignment, source: str, replay_proc
     notes = pass_notes + child_notes(workdir)
     evidence = CheckEvidence(calls=evidence_calls, bank=plan.bank)
     run = _Run(fields={})
-    if error is None:
+    if error is None and stopped_early is None:
         # Before the replay's phase 1: a rerun of a crowded-out isolated child must find the
         # device as free as it can be (the replay process allocates the recorded buffers).
         notes += run_isolated(plan, assignment, source, evidence, finished, device=device, settings=settings,
                                grading_dir=grading_dir, cache_dir=cache_dir, timings=timings, started=isolated)
     sent = None
-    if replay_process is not None and error is None:
+    if replay_process is not None and error is None and stopped_early is None:
         sent = _send_recording(plan, workdir, evidence_calls, replay_process, run, rows=rows)
     replay_started = time.monotonic()
     timing = _start_timing(assignment, sent, replay_process, rows=rows, benchmark_options=benchmark_options)
     oracle_started = time.monotonic()
-    outcomes = evaluate_checks(plan, evidence, finished, error)
+    outcomes = evaluate_checks(plan, evidence, finished, error, stopped_early=stopped_early)
     timings["oracles"] = time.monotonic() - oracle_started
     if sent is not None:
         others_passed = all(o.passed or o.skipped for o, check in zip(outcomes, plan.checks) if check.calls)
         _finish_replay(sent, timing, evidence_calls, replay_process, run, others_passed=others_passed)
         timings["replay"] = time.monotonic() - replay_started
-        outcomes = evaluate_checks(plan, evidence, finished, error, previous=outcomes)
+        outcomes = evaluate_checks(plan, evidence, finished, error, previous=outcomes, stopped_early=stopped_early)
+    notes += cpu_cannot_judge_notes(outcomes)
     run.fields = {
         "verdict": decide_verdict(outcomes, error, len(plan.checks), failures_before_error=failures_before_error),
         "error": error,

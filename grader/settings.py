@@ -42,6 +42,12 @@ class GraderSettings(BaseSettings):
             config there).
         first_call_timeout_gpu_s: the same limit on a GPU, where the first call also runs
             every autotune config's timing (about 0.1 s each, not compile time): larger.
+        fail_fast_s: once a check with calls of the main child has failed (read by the parent
+            from the steps the child finished, while it runs), the child gets this many more
+            wall seconds to finish; then it is stopped, the verdict is ``failed`` and the checks
+            it did not reach are listed as not run, naming the failed check (a wrong kernel's
+            author does not wait for the CPU limit: docs/checks.md, "Fail fast"). 0 turns it off
+            (every check runs, as the corpus tests need).
         compile_budget_s: Triton compilation time of a correctness child that is left out of
             ``child_timeout_s``, seconds (docs/checks.md, "Compile time"). The parent times it
             from the ``compile begin``/``compile end`` lines the harness writes on its progress
@@ -102,6 +108,7 @@ class GraderSettings(BaseSettings):
     first_call_timeout_s: float = Field(default=5.0, gt=0)
     first_call_timeout_gpu_s: float = Field(default=30.0, gt=0)
     compile_budget_s: float = Field(default=300.0, ge=0)
+    fail_fast_s: float = Field(default=10.0, ge=0)
     memory_limit_bytes: int = Field(default=8 * 1024**3, gt=0)
     max_processes: int = Field(default=256, gt=0)
     log_cap_bytes: int = Field(default=64 * 1024, gt=0)

@@ -13,22 +13,32 @@ from grader.contract import (
     GradingError,
     Verdict,
 )
+from grader.interpreter_limits import not_run_on_cpu
 from grader.plan import CheckEvidence, Plan
 
 
 def evaluate_checks(plan: Plan, evidence: CheckEvidence, finished: set[str], run_error: GradingError | None,
-                     *, previous: list[CheckOutcome] | None = None) -> list[CheckOutcome]:
+                     *, previous: list[CheckOutcome] | None = None, stopped_early: str | None = None
+                     ) -> list[CheckOutcome]:
     """Every check's outcome, in plan order; checks whose step never finished are listed as not
     run, skipped checks with their reason. Each check's evaluate sees the outcomes before it
     (``evidence.earlier``). With ``previous``, only the aggregate checks (no calls of their own:
     they read the whole run, e.g. the replayed outputs) are evaluated again; the others keep
-    their outcome."""
+    their outcome.
+
+    ``stopped_early``: the run was stopped after a check failed (fail fast,
+    grader.children.FailFastWatch); the checks it did not reach, and the aggregate checks (which
+    need the whole run), are not run with this message. Should no check have failed after all
+    (a report the submission forged to look failed), those checks fail instead: a run stopped
+    early never passes."""
     outcomes: list[CheckOutcome] = []
     for index, check in enumerate(plan.checks):
         if previous is not None and check.calls:
             outcome = previous[index]
         elif check.skip_reason is not None:
             outcome = CheckOutcome(name=check.name, passed=False, skipped=True, message=check.skip_reason)
+        elif stopped_early is not None and (not check.calls or check.name not in finished):
+            outcome = CheckOutcome(name=check.name, passed=False, skipped=True, message=stopped_early)
         elif (check.calls and check.name not in finished) or (not check.calls and run_error is not None):
             # Never ran (or, for aggregate checks such as triton_kernel, needs the whole run):
             # listed so that the table shows how far the run got; the error says why.
@@ -36,12 +46,16 @@ def evaluate_checks(plan: Plan, evidence: CheckEvidence, finished: set[str], run
                                    message="not run: the run ended with the error below")
         else:
             try:
-                outcome = check.evaluate(check, evidence)
+                outcome = not_run_on_cpu(check, evidence, check.evaluate(check, evidence))
             except Exception as exc:  # noqa: BLE001 - odd outputs must not crash the parent
                 outcome = CheckOutcome(name=check.name, passed=False,
                                        message=f"could not evaluate the output: {type(exc).__name__}: {exc}")
         outcomes.append(outcome)
         evidence.earlier[check.name] = outcome
+    if stopped_early is not None and not any(not o.passed and not o.skipped for o in outcomes):
+        outcomes = [o.model_copy(update={"skipped": False, "message": o.message + " (and no check failed: a run"
+                                         " stopped early cannot pass)"}) if o.message == stopped_early else o
+                    for o in outcomes]
     return outcomes
 
 

@@ -60,6 +60,8 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # python -I leaves the script's folder out
 import interpreter_bf16  # noqa: E402  (the harness's sibling files)
+import interpreter_compat  # noqa: E402
+import poison  # noqa: E402
 import protocol  # noqa: E402
 from compilation import (  # noqa: E402
     _PASS_PEAK,
@@ -82,6 +84,8 @@ _exit = os._exit
 _streams = (sys.stdout, sys.stderr)  # as they are before the submission can replace them
 
 MESSAGE_CAP = 2000
+#: A call slower than this under the interpreter gets a note on its programs (slow_call_notes).
+SLOW_CALL_S = 5.0
 
 
 def _short(text: str) -> str:
@@ -140,6 +144,7 @@ class Child:
         self.kernels: dict[str, tuple[dict, bytes]] = {}
         self.function = None
         self._bench = None
+        self.slowest: tuple = (0.0, "", 0, 0)  # (seconds, call id, programs, launches) of the slowest call
         self.synchronize()
 
     def synchronize(self) -> None:
@@ -159,6 +164,8 @@ class Child:
         narrow_autotuners_for_interpreter(self.narrowed)
         if self.recorder.interpret:
             interpreter_bf16.install()  # bf16 arithmetic through fp32, as a GPU rounds it
+            interpreter_compat.install()  # libdevice math, and/or/not between tensors, as compiled
+        poison.install()  # memory the submission never writes holds the same poison every run
         self.progress.write("import")
         sys.path.insert(0, self.workdir)
         try:
@@ -210,6 +217,7 @@ class Child:
         """Call the submission once; returns (report, result, (launches, torch ops) if recorded)."""
         self.progress.write(f"call {call_id}")
         launches_before = self.recorder.count
+        programs_before, empty_before = self.recorder.programs, self.recorder.empty_launches
         started = _perf_counter()
         report: dict = {"id": call_id}
         kept: tuple = ([], [])
@@ -232,6 +240,9 @@ class Child:
                 report["fatal"] = True
         report["duration_s"] = _perf_counter() - started
         report["launches"] = self.recorder.count - launches_before
+        report["programs"] = self.recorder.programs - programs_before
+        report["empty_launches"] = self.recorder.empty_launches - empty_before
+        self.slowest = max(self.slowest, (report["duration_s"], call_id, report["programs"], report["launches"]))
         return report, result, kept
 
     def describe_output(self, report: dict, result, inputs: list, call_id: str, saved: dict,
@@ -328,6 +339,16 @@ class Child:
             if report.get("fatal"):
                 return False
         return True
+
+    def slow_call_notes(self) -> list[str]:
+        """Under the interpreter, a call slow enough to matter (``SLOW_CALL_S``) and what makes it
+        slow there: its programs run one after another in Python."""
+        seconds, call_id, programs, launches = self.slowest
+        if not self.recorder.interpret or seconds < SLOW_CALL_S or programs < 2:
+            return []
+        return [f"The slowest call ({call_id}) took {seconds:.1f} s on the CPU interpreter: its {launches} Triton "
+                f"launch(es) ran {programs} programs, one after another in Python. Fewer, larger programs (a bigger "
+                f"block per program, a loop inside it) make it faster here; a GPU runs them side by side."]
 
     # ---- compile-only pass (GPU) ------------------------------------------------------------
     def precompile_trials(self) -> list:
@@ -590,7 +611,8 @@ class Child:
                 return 0
         self.record_benchmark_rows()
         self.write_recording()
-        _write_json(os.path.join(self.workdir, "done.json"), {"phase": "done", "notes": autotune_notes(self.narrowed)})
+        _write_json(os.path.join(self.workdir, "done.json"), {"phase": "done", "notes": [
+            *autotune_notes(self.narrowed), *interpreter_compat.notes(), *self.slow_call_notes()]})
         self.progress.write("done")
         return 0
 

@@ -46,11 +46,13 @@ def bf16_bits_to_fp32(bits: np.ndarray) -> np.ndarray:
 
 def fp32_to_bf16_bits(values: np.ndarray) -> np.ndarray:
     """float32 values -> bf16 bit patterns (uint16), rounded to nearest, ties to even; NaN stays
-    a quiet NaN of the same sign (what ``__float2bfloat16_rn`` gives on a GPU)."""
+    a quiet NaN of the same sign (what ``__float2bfloat16_rn`` gives on a GPU) with the top of its
+    payload, so that the harness's poison (every bit set, harness/poison.py) stays recognisable
+    through bf16 arithmetic, as it does through fp32 on a CPU."""
     values = np.asarray(values, dtype=np.float32)
     bits = values.view(np.uint32).astype(np.uint64)
     rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
-    quiet_nan = ((bits >> 16) & 0x8000).astype(np.uint16) | np.uint16(0x7FC0)
+    quiet_nan = (bits >> 16).astype(np.uint16) | np.uint16(0x7FC0)
     return np.where(np.isnan(values), quiet_nan, rounded).astype(np.uint16)
 
 

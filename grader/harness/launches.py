@@ -166,6 +166,10 @@ class LaunchRecorder:
         self._active: list[dict] | None = None
         self._pending_grid: list | None = None
         self.fills: dict[int, tuple[float, str]] = {}
+        #: programs launched since install (each launch's grid product), and launches of 0 programs.
+        self.programs = 0
+        self.empty_launches = 0
+        self._last_grid: list | None = None
         #: layout copies seen in the call being recorded (``_TorchOps._note_copy``), in order.
         self.copies: list[dict] = []
         self.original_interpreted_run = None
@@ -198,6 +202,14 @@ class LaunchRecorder:
 
         Autotuner._bench = bench
 
+    def count_programs(self, grid: list) -> None:
+        """Add one launch's programs (the product of its grid) to the counts."""
+        programs = 1
+        for size in grid:
+            programs *= max(0, int(size))
+        self.programs += programs
+        self.empty_launches += programs == 0
+
     def _install_compiled(self) -> None:
         from triton.compiler.compiler import CompiledKernel
 
@@ -210,6 +222,8 @@ class LaunchRecorder:
             def launch(grid_x, grid_y, grid_z, stream, function, packed_metadata, launch_metadata,
                        enter_hook, exit_hook, *args):
                 recorder.count += 1
+                if not recorder.in_launch:
+                    recorder.count_programs([grid_x, grid_y, grid_z])
                 if recorder._active is not None and not recorder.in_launch:
                     recorder._active.append({"compiled": kernel, "grid": (grid_x, grid_y, grid_z),
                                              "args": args, "stream": stream})
@@ -234,6 +248,7 @@ class LaunchRecorder:
         original_set_grid_dim = builder.set_grid_dim
 
         def set_grid_dim(*grid):
+            recorder._last_grid = list(grid)
             if recorder._pending_grid is not None:
                 recorder._pending_grid[:] = list(grid)
             return original_set_grid_dim(*grid)
@@ -242,6 +257,8 @@ class LaunchRecorder:
             if warmup:
                 return original_run(function, *args, grid=grid, warmup=warmup, **kwargs)
             recorder.count += 1
+            outer = not recorder.in_launch
+            recorder._last_grid = None
             entry = None
             if recorder._active is not None and not recorder.in_launch:
                 entry = {"interpreted": function, "grid": None, "args": args, "kwargs": dict(kwargs)}
@@ -251,6 +268,8 @@ class LaunchRecorder:
                 return original_run(function, *args, grid=grid, warmup=warmup, **kwargs)
             finally:
                 recorder.in_launch -= 1
+                if outer and recorder._last_grid is not None:
+                    recorder.count_programs(recorder._last_grid)
                 if entry is not None:
                     captured = recorder._pending_grid or [1]
                     entry["grid"] = tuple(int(g) for g in (list(captured) + [1, 1])[:3])

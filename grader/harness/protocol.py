@@ -255,6 +255,10 @@ class CallReport(_Model):
     out: OutputMeta | None = None
     more_outputs: list[OutputMeta] = Field(default_factory=list, max_length=7)
     launches: int = Field(0, ge=0)
+    #: Programs its Triton launches ran (the product of each grid), and its launches with a grid
+    #: of 0 programs (a grid computed with // for a size below the block): the parent's hints.
+    programs: int = Field(0, ge=0)
+    empty_launches: int = Field(0, ge=0)
     duration_s: float = Field(0.0, ge=0.0)
     fatal: bool = False
     replay: ReplayReport | None = None

@@ -33,8 +33,11 @@ requires_bwrap = pytest.mark.usefixtures("working_sandbox")
 
 
 def settings(**overrides) -> GraderSettings:
-    """Grader settings for tests: always the bubblewrap sandbox, whatever GRADER_* says."""
-    return GraderSettings(**{"sandbox": "bwrap", **overrides})
+    """Grader settings for tests: always the bubblewrap sandbox, whatever GRADER_* says, and no
+    fail fast (``fail_fast_s`` 0) unless a test asks for it: the corpus tests assert every
+    check's outcome, which a run stopped after its first failure does not have
+    (tests/grader/test_fail_fast.py tests the stop itself)."""
+    return GraderSettings(**{"sandbox": "bwrap", "fail_fast_s": 0, **overrides})
 
 
 # CPython 3.11 keeps the AST constructor's recursion depth in interpreter-wide state, so two

@@ -441,3 +441,22 @@ def test_cli_grades_the_xent_reference_with_another_seed(tmp_path):
     document = json.loads(proc.stdout)
     assert document["seed"] == 7 and document["assignment"] == XENT
     assert all(c["passed"] for c in document["checks"]), summary(document)
+
+
+# ---- the CPU interpreter as the GPU compiler (issue #37) ----------------------------------------
+def test_tensor_and_masks_run_element_wise_and_the_notes_say_so(graded):
+    # FlagGems' `row_mask and col_mask`: element-wise as compiled (Python's `and` wrote every row
+    # of the block, dw NaN, then a crash); the compiler's deprecation warning is a note.
+    document = _result(graded, "layernorm_backward", "correct", "flaggems_two_kernels.py")
+    notes = " ".join(document["notes"])
+    assert "deprecated for non-scalar tensors" in notes and "element-wise and" in notes, document["notes"]
+    # Its dw/db kernel runs one program per 32 columns: a slow call under the interpreter is
+    # named with its programs (what to change there), whenever it took SLOW_CALL_S or more.
+    slow = document["timings_s"]["slowest_call"] >= 5.0
+    assert slow == ("one after another in Python" in notes), (document["timings_s"], document["notes"])
+
+
+def test_libdevice_math_runs_on_the_cpu(graded):
+    document = _result(graded, "gemm_epilogue", "correct", "libdevice_tanh.py")
+    assert document["verdict"] == "passed", summary(document)
+    assert any("deprecated for non-scalar tensors" in note for note in document["notes"]), document["notes"]

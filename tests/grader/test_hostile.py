@@ -240,7 +240,9 @@ def _grade_through_cli(path: Path, options: dict, runs: dict[str, CliRun]) -> di
     is killed (its test then fails on the time)."""
     work_root = Path(tempfile.mkdtemp(prefix="grader-hostile-work-root-"))
     output = work_root.parent / f"{work_root.name}.json"
-    environment = {**os.environ, "GRADER_SANDBOX": "bwrap", "GRADER_WORK_ROOT": str(work_root),
+    # No fail fast unless a file's options ask for it: these files are about the limits and
+    # errors that end a run (fails_then_hangs: the timeout after its failures).
+    environment = {**os.environ, "GRADER_SANDBOX": "bwrap", "GRADER_WORK_ROOT": str(work_root), "GRADER_FAIL_FAST_S": "0",
                    **{f"GRADER_{name.upper()}": str(value) for name, value in options.items()}}
     started = time.monotonic()
     process = subprocess.Popen(  # noqa: S603 - argv list

@@ -29,18 +29,22 @@ def placed_oracle(values: Mapping) -> dict[str, OutputOracle]:
 
 
 def diagnose(out: torch.Tensor, call, evidence) -> str:
-    """Name the common mistake the output ``out`` matches (a hint, never a verdict): for dx
-    (2-D), a term left out or rstd used as the standard deviation; for dw (1-D, what the
-    first expectation of that shape compares), dy * x summed instead of dy * xhat. Each
-    within the call's own bound."""
+    """Name the common mistake an output matches (a hint, never a verdict). dx (``out`` 2-D): a
+    term of dx left out, w left out of it, or rstd used as the standard deviation; dw or db
+    (1-D): the other one's values (dw and db swapped), or, for dw, dy * x summed instead of
+    dy * xhat. Each within the call's own bound."""
     placed = call.extra.get("placed")
     if not placed or out.dim() not in (1, 2):
         return ""
     dy, x, w, mean, rstd = (placed[k].double() for k in ("dy", "x", "w", "mean", "rstd"))
     if out.dim() == 1:
-        return _diagnose_dw(out, call, dy, x)
+        return _diagnose_swapped(out, call, placed) or _diagnose_dw(out, call, dy, x)
     mean, rstd, expectation = mean[:, None], rstd[:, None], call.expectations(0)[0]
     candidates = {}
+    xhat = (x - mean) * rstd
+    c1, c2 = (xhat * dy).mean(-1, keepdim=True), dy.mean(-1, keepdim=True)
+    candidates["(dy - (xhat*c1 + c2)) * rstd with c1, c2 from dy: the factor w is missing (wdy = w * dy)"] = (
+        (dy - xhat * c1 - c2) * rstd)
     for words, xhat, scale in (("", (x - mean) * rstd, rstd), (" with xhat = (x - mean) / rstd", (x - mean) / rstd,
                                                                  1 / rstd)):
         wdy = w * dy
@@ -65,6 +69,23 @@ def _diagnose_dw(out: torch.Tensor, call, dy: torch.Tensor, x: torch.Tensor) -> 
         return ""
     return (" Your dw matches sum over rows of dy * x, the raw input: dw must sum dy * xhat, the "
             "normalised input xhat = (x - mean) * rstd.")
+
+
+def _diagnose_swapped(out: torch.Tensor, call, placed) -> str:
+    """dw and db returned in each other's place: the failing 1-D output holds the other's values."""
+    oracle = layernorm_backward_fp64(*(placed[k] for k in ("dy", "x", "w", "mean", "rstd")))
+    expectations = {e.name: e for e in call.expectations(0)}
+    for mine, other in (("dw", "db"), ("db", "dw")):
+        expectation = expectations.get(mine)
+        values, scale = oracle[other]
+        if expectation is None or out.shape != values.shape or out.shape != expectation.expected.shape:
+            continue
+        if compare(out, expectation.expected, expectation.scale, expectation.tolerance).passed:
+            continue  # this output is right: it is not the one that failed
+        if compare(out, values, scale, expectation.tolerance).passed:
+            return (f" Your {mine} matches {other} ({'sum_i dy' if other == 'db' else 'sum_i dy * xhat'}): dw and db are"
+                    f" swapped; return (dx, dw, db) in that order.")
+    return ""
 
 
 def floor_bytes(shape: tuple[int, ...], dtype: str) -> dict[str, int]:
