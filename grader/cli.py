@@ -119,6 +119,7 @@ def _infrastructure_error(args: argparse.Namespace, reason: str) -> int:
 def _grade_one(args: argparse.Namespace, console, settings, prestarted) -> int:
     """``grader check`` once the settings are read (and, with ``--job-on-stdin``, the check
     child started ahead): the job, the grading, the output; returns the exit code."""
+    from grader.plan import AssignmentError
     from grader.report import render_result
     from grader.runner import InfrastructureError, grade_file
 
@@ -164,6 +165,17 @@ def _grade_one(args: argparse.Namespace, console, settings, prestarted) -> int:
         document = grade_file(path, assignment=args.assignment, device=args.device, seed=args.seed,
                               settings=settings, benchmark=args.benchmark, prestarted=prestarted,
                               on_stage=stage_file_writer(Path(stage_file)) if stage_file else None)
+    except AssignmentError as exc:
+        # The assignment's author broke a declaration: no verdict and nobody charged (the service
+        # files it beside infrastructure errors), but the message is the author's to read: the
+        # assignment, the check, the case and the traceback, not "grader failure".
+        reason = f"assignment error (its declarations, not the submission): {exc}"
+        document = ResultDocument(assignment=args.assignment, verdict=Verdict.ERROR, seed=args.seed,
+                                  error=GradingError(kind=ErrorKind.INFRASTRUCTURE, message=reason))
+        _write_json(document, args.json)
+        console.print("[red]assignment error[/] (the assignment's declarations, not the submission):", highlight=False)
+        console.print(str(exc), markup=False, highlight=False)
+        return ExitCode.INFRASTRUCTURE
     except Exception as exc:  # noqa: BLE001 - any failure of the grader itself is ours, never the student's
         reason = str(exc) if isinstance(exc, InfrastructureError) else f"grader failure: {type(exc).__name__}: {exc}"
         document = ResultDocument(assignment=args.assignment, verdict=Verdict.ERROR, seed=args.seed,

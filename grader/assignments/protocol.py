@@ -32,7 +32,7 @@ import torch
 
 from grader.checks import Tolerance
 from grader.manifest import AssignmentManifest
-from grader.plan import CheckEvidence, Plan, PlannedCall, PlannedCheck
+from grader.plan import CheckEvidence, Layout, Plan, PlannedCall, PlannedCheck
 
 #: A dtype by its name, as in labels and reports (``float32``, ``float16``, ``bfloat16``, ``int64``).
 DtypeName = str
@@ -51,15 +51,18 @@ class TensorInput:
         dtype: ``"call"`` (the call's float dtype: float32/float16/bfloat16) or a fixed dtype
             name (``"int64"`` for class indices, ``"float32"`` for saved statistics).
         float_input: a float tensor whose dtype and requires_grad the rejection checks vary.
-        strided: layouts (grader.plan.LAYOUTS_2D / LAYOUTS_1D names) the generic
-            ``strided_inputs`` and ``output_contract`` checks place it in; () for none.
+        strided: the layouts a real caller passes it in (names of grader.plan.LAYOUTS or
+            ``grader.plan.Layout``s: a permuted memory order, stepped strides); () for none.
+            ``OutputContract`` places it in each one that reorders memory (the k-th such
+            layout of every input in its k-th added case), so that an output allocated with
+            ``torch.empty_like`` of it is caught on any rank.
     """
 
     name: str
     dims: tuple[str, ...]
     dtype: str = "call"
     float_input: bool = True
-    strided: tuple[str, ...] = ("transposed", "step")
+    strided: tuple[str | Layout, ...] = ("transposed", "step")
 
 
 @dataclass(frozen=True)
@@ -140,7 +143,8 @@ class CaseSpec:
     Attributes:
         dims: symbolic size -> length.
         dtype: the call's dtype name.
-        layouts: input name -> layout (default ``contiguous``).
+        layouts: input name -> layout, a name of grader.plan.LAYOUTS or a ``Layout`` (default
+            ``contiguous``); any rank.
         exact: draw the assignment's exact values (``MakeCase``'s ``exact``).
         scalars: scalar arguments passed as keywords (``{"ignore_index": 3}``).
         label: how messages name the case (default: the drawn case's label, else dims,
@@ -155,7 +159,7 @@ class CaseSpec:
 
     dims: Mapping[str, int]
     dtype: DtypeName = "float32"
-    layouts: Mapping[str, str] = field(default_factory=dict)
+    layouts: Mapping[str, str | Layout] = field(default_factory=dict)
     exact: bool = False
     scalars: Mapping[str, int | float | bool] = field(default_factory=dict)
     label: str = ""
@@ -205,8 +209,9 @@ class CentralDifference:
 
 @dataclass(frozen=True)
 class Invariant:
-    """sum over ``dim`` of output * weights matches the same sum of the oracle (0 for
-    sum_j dx = 0), within the sum of the per-element bounds times |weights|.
+    """sum over ``dim`` (any axis or axes of any rank: attention's key axis -2) of output *
+    weights matches the same sum of the oracle (0 for sum_j dx = 0), within the sum of the
+    per-element bounds times |weights|. The hint follows ``hint_requires`` (hint_for).
 
     ``weights(case, placed values) -> tensor`` broadcastable to the output, or None for 1
     (layernorm's sum_j dx * xhat = 0 uses xhat). ``where(placed values, index) -> words``
@@ -217,18 +222,40 @@ class Invariant:
     cases: tuple[CaseSpec, ...]
     output: str
     weights: Callable[[Case, Mapping], torch.Tensor] | None = None
-    dim: int = -1
+    dim: int | tuple[int, ...] = -1
     what: str = "sums to ~0"
     where: Callable[[Mapping, int], str] | None = None
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """A property of values: every element of ``output`` lies within ``[low, high]`` of the
+    assignment's ``bounds(case, placed values) -> (low, high)`` (tensors broadcastable to the
+    output; None for no bound on that side), give or take the element's own tolerance
+    (``Tolerance.allowed`` of the oracle). Any rank, any axis: attention's convex hull is
+    ``low = min over the keys j <= i of v[..., j, :]`` and ``high`` the max.
+
+    ``what`` says the property in words (``lies within the min and max of the rows of v it
+    attends to``); ``where(placed, index) -> words`` names a failing element (default: the
+    output and its index). The hint follows ``hint_requires`` like every value check's."""
+
+    name: str
+    cases: tuple[CaseSpec, ...]
+    output: str
+    bounds: Callable[[Case, Mapping], tuple[torch.Tensor | None, torch.Tensor | None]]
+    what: str = "lies within its bounds"
+    where: Callable[[Mapping, tuple[int, ...]], str] | None = None
 
 
 @dataclass(frozen=True)
 class OutputContract:
     """Each output is a fresh contiguous tensor of the declared shape, dtype and device that
     shares no memory with the inputs, and every input (and the guards around it) is bitwise
-    unchanged. The core adds, to the cases given, one case per call dtype with every 2-D
-    input transposed, so that ``torch.empty_like`` of a transposed input is caught. Its calls
-    are not replayed by ``triton_kernel`` (it judges no values)."""
+    unchanged. The core adds, to the cases given, per call dtype one case for each memory
+    order the inputs declare in ``TensorInput.strided`` (the default: every input of 2 dims
+    or more with its last two axes swapped; attention's q, k, v as (B, S, H, D) storage),
+    so that ``torch.empty_like`` of such an input is caught on any rank. Its calls are not
+    replayed by ``triton_kernel`` (it judges no values)."""
 
     name: str
     cases: tuple[CaseSpec, ...]
@@ -237,14 +264,17 @@ class OutputContract:
 @dataclass(frozen=True)
 class RejectsMismatch:
     """Calls that must raise: for every tensor input in turn, each axis it shares with another
-    input one longer (a shape that disagrees with the others), a float input in another float
-    dtype, and one input on another device (``dims`` gives the sizes; ``dtype`` the call dtype
-    of the other inputs, one the assignment accepts, so that only the one mismatch can make a
-    call raise)."""
+    input one longer (a shape that disagrees with the others), its last two axes swapped (a
+    (B, H, D, S) k where (B, H, S, D) is due; where both are shared and differ in length), each
+    pair in ``swaps`` swapped likewise (axis names, any two of the input's), a float input in
+    another float dtype, and one input on another device (``dims`` gives the sizes; ``dtype``
+    the call dtype of the other inputs, one the assignment accepts, so that only the one
+    mismatch can make a call raise)."""
 
     name: str
     dims: Mapping[str, int]
     dtype: DtypeName = "float32"
+    swaps: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -290,14 +320,17 @@ class TritonKernel:
 
 @dataclass(frozen=True)
 class CustomCheck:
-    """A check of the assignment's own: ``build(plan, assignment) -> PlannedCheck``
-    (large_offsets, say). Use it only for what no generic check says."""
+    """A check of the assignment's own: ``build(plan, declared) -> PlannedCheck``, called with
+    the plan being built (its generator, bank and device) and the assignment's ``Declared``
+    (large_offsets, say). Use it only for what no generic check says; docs/authoring.md,
+    "A check of your own", is the recipe (grader.generic_checks.PlanBuilder places inputs and
+    computes oracles for it)."""
 
     name: str
     build: Callable[[Plan, object], PlannedCheck]
 
 
-CheckDecl = (ValueCheck | CentralDifference | Invariant | OutputContract | RejectsMismatch | RejectsRequiresGrad
+CheckDecl = (ValueCheck | CentralDifference | Invariant | Bounds | OutputContract | RejectsMismatch | RejectsRequiresGrad
              | Rejects | FreshResults | TritonKernel | CustomCheck)
 #: ``diagnose(out, call, evidence) -> sentence or ""``: names a known mistake an output matches.
 Diagnose = Callable[[torch.Tensor, PlannedCall, CheckEvidence], str]
