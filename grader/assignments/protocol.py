@@ -415,6 +415,24 @@ class BenchmarkSpec:
     oracle: Callable[[tuple, Mapping[str, torch.Tensor] | None], Mapping[str, tuple]]
 
 
+# ---- the corpus ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CorpusMinimums:
+    """How many files an assignment's corpus (tests/corpus/NAME/) holds at least:
+    ``correct`` styles a student would write and ``wrong`` known mistakes, one per file
+    (tests/grader/test_corpora.py; docs/authoring.md states the default, 3 and 8). An
+    assignment sets ``corpus = CorpusMinimums(...)`` where its own issue asks otherwise."""
+
+    correct: int = 3
+    wrong: int = 8
+
+
+def corpus_minimums(assignment: object) -> CorpusMinimums:
+    """The assignment's ``corpus`` minimums, else the default (3 correct, 8 wrong)."""
+    found = getattr(assignment, "corpus", None)
+    return found if isinstance(found, CorpusMinimums) else CorpusMinimums()
+
+
 # ---- the assignment -------------------------------------------------------------------------
 class Assignment(Protocol):
     """One assignment, as the grader sees it.
@@ -430,6 +448,8 @@ class Assignment(Protocol):
         reference_file: the course reference solution (a peer in the benchmark).
         template_file: the starter file.
         crash_hint: a sentence added to the error of a call that crashed the process.
+        corpus: optional; the corpus's minimums (``CorpusMinimums``; default 3 correct, 8
+            wrong), read by tests/grader/test_corpora.py through ``corpus_minimums``.
     """
 
     manifest: AssignmentManifest

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from grader.assignments.protocol import BenchmarkSpec, Declared, Floor, OutputOracle, TimedSelection
+from grader.assignments.protocol import BenchmarkSpec, CorpusMinimums, Declared, Floor, OutputOracle, TimedSelection
 from grader.assignments.softmax_cross_entropy_backward import spec
 from grader.assignments.softmax_cross_entropy_backward.inputs import make_case, replay_case
 from grader.assignments.softmax_cross_entropy_backward.oracle import benchmark_oracle, xent_grad_fp64
@@ -108,6 +108,7 @@ class SoftmaxCrossEntropyBackward:
     reference_file = HERE / "reference.py"
     template_file = HERE / "template.py"
     crash_hint = spec.CRASH_HINT
+    corpus = CorpusMinimums(correct=2)  # its issue asked for two correct styles
     benchmark = BenchmarkSpec(
         shapes=spec.BENCHMARK_SHAPES,
         dtypes=spec.BENCHMARK_DTYPES,
