@@ -86,6 +86,14 @@ MANIFESTS: dict[str, AssignmentManifest] = {
         module_file="layernorm_backward.py",
         package="grader.assignments.layernorm_backward",
     ),
+    "attention_forward": AssignmentManifest(
+        name="attention_forward",
+        title="Causal attention forward on (B, H, S, D), FlashAttention style: fp16/bf16, online softmax",
+        function="attention_forward",
+        arguments=("q", "k", "v"),
+        module_file="attention_forward.py",
+        package="grader.assignments.attention_forward",
+    ),
 }
 
 #: The assignment a request or a command means when it names none.
