@@ -54,6 +54,7 @@ STYLES = {
     "softmax_cross_entropy_backward": {"online_rowloop.py", "three_pass_lse.py"},
     "gemm_epilogue": {"tutorial_grouped.py", "block_pointers.py", "split_k_two_kernels.py"},
     "layernorm_backward": {"tutorial_locks.py", "atomics.py", "column_pass.py"},
+    "attention_forward": {"tutorial06_block_pointers.py", "two_pass_lse.py", "prescaled_q_head_loop.py"},
 }
 
 #: Where an assignment lists its known mistakes, one wrong file each, and no file outside the list.
@@ -117,6 +118,10 @@ DIAGNOSES = {
     ("layernorm_backward", "missing_xhat_term.py"): ("autograd_fp32", "the xhat * c1 term of dx is missing"),
     ("layernorm_backward", "missing_mean_term.py"): ("autograd_fp32", "the c2 = mean_j(w*dy) term of dx is missing"),
     ("layernorm_backward", "divides_by_rstd.py"): ("autograd_fp32", "rstd was used as the standard deviation"),
+    ("attention_forward", "no_causal_mask.py"): ("float16_values", "attention without the causal mask"),
+    ("attention_forward", "no_scale.py"): ("float16_values", "scores without the 1/sqrt(D) scale"),
+    ("attention_forward", "empty_like_output.py"): ("output_contract", "q permuted(0, 2, 1, 3), k permuted(0, 2, 1, 3), "
+                                                                       "v permuted(0, 2, 1, 3): output is not contiguous"),
 }
 
 #: Checks each starter template passes already: its wrapper validates its inputs.
@@ -124,6 +129,7 @@ TEMPLATE_PASSES = {
     "softmax_cross_entropy_backward": {"rejects_mismatch", "rejects_requires_grad", "output_contract"},
     "gemm_epilogue": {"rejects_mismatch", "rejects_requires_grad"},
     "layernorm_backward": {"rejects_mismatch", "rejects_requires_grad"},
+    "attention_forward": {"rejects_mismatch", "rejects_requires_grad", "rejects_unsupported", "output_contract"},
 }
 
 
