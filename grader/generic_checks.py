@@ -235,14 +235,18 @@ class PlanBuilder:
                 if failure is not None:
                     return failure
                 expectation = call.expectations(0)[output]
-                tolerance = Tolerance(rtol=expectation.tolerance.rtol, atol=decl.atol,
-                                      why=f"the output's rtol plus {decl.atol:g} for the finite-difference error "
-                                          f"(h={decl.h:g}, fp64)")
+                # The output's own rule (its rtol and, for a half-precision output, its vtol and
+                # the slack of the allowed roundings at the point), with atol the finite
+                # difference's error instead of the output's floor.
+                tolerance = Tolerance(rtol=expectation.tolerance.rtol, vtol=expectation.tolerance.vtol, atol=decl.atol,
+                                      why=f"the output's rtol{' and vtol' if expectation.tolerance.vtol else ''} "
+                                          f"plus {decl.atol:g} for the finite-difference error (h={decl.h:g}, fp64)")
                 fields = tolerance_fields(tolerance)
                 for index, slope in call.extra["points"]:
                     value = float(outs[output][index].double())
+                    slack = None if expectation.slack is None else expectation.slack[index]
                     allowed = float(tolerance.allowed(torch.tensor(slope, dtype=torch.float64),
-                                                      expectation.scale[index]))
+                                                      expectation.scale[index], slack))
                     err = abs(value - slope)
                     worst = max(worst, err / allowed if math.isfinite(err) else math.inf)
                     cases += 1

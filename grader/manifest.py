@@ -94,6 +94,14 @@ MANIFESTS: dict[str, AssignmentManifest] = {
         module_file="attention_forward.py",
         package="grader.assignments.attention_forward",
     ),
+    "attention_backward": AssignmentManifest(
+        name="attention_backward",
+        title="Causal attention backward from the saved out and lse (FlashAttention-2's interface): dq, dk, dv",
+        function="attention_backward",
+        arguments=("q", "k", "v", "out", "dout", "lse"),
+        module_file="attention_backward.py",
+        package="grader.assignments.attention_backward",
+    ),
 }
 
 #: The assignment a request or a command means when it names none.
