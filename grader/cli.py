@@ -344,6 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
     new = commands.add_parser("new-assignment", help="write the folder, corpus and test module of a new assignment")
     new.add_argument("name", help="the assignment's name (a lower-case identifier)")
     new.add_argument("--function", default=None, help="the function students write (default: the name)")
+    new.add_argument("--dims", default="M,N",
+                     help="the axes of the example's tensors, comma-separated, 1 to 4 (default M,N; B,H,S,D for "
+                          "attention-shaped tensors)")
     new.add_argument("--root", default=str(Path(__file__).resolve().parents[1]),
                      help="the checkout to write into (default: this grader's)")
     new.set_defaults(handler=_new_assignment)

@@ -55,6 +55,7 @@ STYLES = {
     "gemm_epilogue": {"tutorial_grouped.py", "block_pointers.py", "split_k_two_kernels.py"},
     "layernorm_backward": {"tutorial_locks.py", "atomics.py", "column_pass.py"},
     "attention_forward": {"tutorial06_block_pointers.py", "two_pass_lse.py", "prescaled_q_head_loop.py"},
+    "attention_backward": {"tutorial06_bwd.py", "atomic_dq.py", "inline_delta_exp2.py"},
 }
 
 #: Where an assignment lists its known mistakes, one wrong file each, and no file outside the list.
@@ -122,6 +123,9 @@ DIAGNOSES = {
     ("attention_forward", "no_scale.py"): ("float16_values", "scores without the 1/sqrt(D) scale"),
     ("attention_forward", "empty_like_output.py"): ("output_contract", "q permuted(0, 2, 1, 3), k permuted(0, 2, 1, 3), "
                                                                        "v permuted(0, 2, 1, 3): output is not contiguous"),
+    ("attention_backward", "wrong_lse_base.py"): ("float16_values", "the natural-log lse used as a base-2 one"),
+    ("attention_backward", "delta_missing.py"): ("float16_values", "without Delta"),
+    ("attention_backward", "no_causal_mask.py"): ("float16_values", "keys j > i must be masked before the exponential"),
 }
 
 #: Checks each starter template passes already: its wrapper validates its inputs.
@@ -130,6 +134,7 @@ TEMPLATE_PASSES = {
     "gemm_epilogue": {"rejects_mismatch", "rejects_requires_grad"},
     "layernorm_backward": {"rejects_mismatch", "rejects_requires_grad"},
     "attention_forward": {"rejects_mismatch", "rejects_requires_grad", "rejects_unsupported", "output_contract"},
+    "attention_backward": {"rejects_mismatch", "rejects_requires_grad"},
 }
 
 

@@ -181,3 +181,39 @@ def test_an_assignment_passes_its_own_bank():
     bank = CountingBank()
     plan = build_plan(declared(CHECKS[:1]), seed=0, device="cpu", bank=bank)
     assert plan.bank is bank and CountingBank.placed == 2
+
+
+def test_the_custom_check_recipe_of_the_authoring_guide_builds_and_judges():
+    """docs/authoring.md, "A check of your own": its example, on the toy (whose query 0 is v[0])."""
+    from grader.assignments.protocol import CustomCheck
+    from grader.contract import CheckOutcome
+    from grader.evaluate import call_outputs, hint_for
+    from grader.generic_checks import PlanBuilder
+    from grader.plan import PlannedCheck
+
+    def _first_row_is_v0(plan, declared):
+        builder = PlanBuilder(declared, plan)
+        call = builder.value_call("first_row/0", CaseSpec(dims={"B": 1, "H": 2, "S": 37, "D": 16}, dtype="float16"))
+        hint = declared.hints["first_row"]
+
+        def evaluate(check, evidence):
+            outs, failure = call_outputs(check, call, evidence, hint)
+            if failure is not None:
+                return failure
+            expectation = call.expectations(0)[0]
+            got, want = outs[0][..., 0, :].double(), call.extra["placed"]["v"][..., 0, :].double()
+            allowed = expectation.tolerance.allowed(want, expectation.scale[..., 0, :])
+            passed = bool(((got - want).abs() <= allowed).all())
+            return CheckOutcome(name=check.name, passed=passed, message="query 0 is v[0]" if passed else
+                                f"{call.label}: query 0 is not v[0]." + hint_for(evidence, hint, ("float16_values",)))
+
+        return PlannedCheck("first_row", [call], evaluate)
+
+    plan = build_plan(declared((CustomCheck("first_row", _first_row_is_v0),)), seed=0, device="cpu")
+    assert _outcomes(plan, _evidence(plan))["first_row"].passed
+
+    def shifted(call, outs):
+        return [outs[0] + 1.0]
+
+    outcome = _outcomes(plan, _evidence(plan, shifted))["first_row"]
+    assert not outcome.passed and outcome.message.endswith("Hint: hint of first_row")
