@@ -34,6 +34,7 @@ from grader.assignments.protocol import (
     RejectsRequiresGrad,
     ScalarInput,
     TensorInput,
+    TrainingStep,
     TritonKernel,
     ValueCheck,
 )
@@ -486,6 +487,68 @@ class PlanBuilder:
             call.refills.append(refill)
             self._pack(call, self.oracle(placed))
         return PlannedCheck(decl.name, [call], self.values_evaluator(decl.name))
+
+    def _TrainingStep(self, decl: TrainingStep) -> PlannedCheck:
+        """The reference trajectory (the oracle's outputs as the layer's backward), one call per
+        step at its states, and the two edge trajectories (every output at +- its allowed error)
+        that set the bound of each step's loss."""
+        problem = decl.problem()
+        start = problem.init(self.plan.generator)
+        params, plus, minus = dict(start), dict(start), dict(start)
+        calls, reference, bounds = [], [], []
+        names = [o.name for o in self.declared.outputs]
+        for step in range(problem.steps):
+            self.current = f"step {step} of {problem.label}"
+            case = problem.inputs(params)
+            spec = CaseSpec(dims={}, dtype=problem.dtype, key=str(step),
+                            label=f"step {step} of {problem.label}: {case.label or 'the batch'}")
+            call = self.value_call(f"{decl.name}/{step}", spec, case=case, record=False)
+            expectations = call.expectations(0)
+            expected = {name: e.expected for name, e in zip(names, expectations)}
+            allowed = {name: e.tolerance.allowed(e.expected, e.scale, e.slack) for name, e in zip(names, expectations)}
+            params = problem.step(params, case, expected)
+            plus = problem.step(plus, case, {n: expected[n] + allowed[n] for n in expected})
+            minus = problem.step(minus, case, {n: expected[n] - allowed[n] for n in expected})
+            loss, edges = problem.loss(params), (problem.loss(plus), problem.loss(minus))
+            reference.append(loss)
+            # the edge trajectories' distance, times the margin, and a floor of fp64 noise
+            bounds.append(decl.margin * max(abs(edge - loss) for edge in edges) + 1e-12 * (1 + abs(loss)))
+            calls.append(call)
+        hint, requires = self.hint(decl.name), tuple(self.declared.hint_requires.get(decl.name, ()))
+
+        def evaluate(check: PlannedCheck, evidence: CheckEvidence) -> CheckOutcome:
+            state, worst = dict(start), 0.0
+            first_loss = problem.loss(start)
+            for step, call in enumerate(check.calls):
+                outs, failure = call_outputs(check, call, evidence, hint)
+                if failure is not None:
+                    return failure.model_copy(update={"message": f"step {step}: {failure.message}"})
+                got = {name: out.double() for name, out in zip(names, outs)}
+                bad = {name: int((~torch.isfinite(t)).sum()) for name, t in got.items() if not bool(torch.isfinite(t).all())}
+                if bad:
+                    where = ", ".join(f"{n} {c} elements" for n, c in bad.items())
+                    return CheckOutcome(
+                        name=check.name, passed=False, max_err_over_tolerance=math.inf,
+                        message=f"step {step} of {problem.steps} ({call.label}): the output is NaN or inf ({where}); "
+                                f"the loss was {first_loss if step == 0 else reference[step - 1]:.6g} before this step "
+                                f"(fp64 reference)." + hint_for(evidence, hint, requires))
+                state = problem.step(state, call.extra["case"], got)
+                loss = problem.loss(state)
+                apart = abs(loss - reference[step]) if math.isfinite(loss) else math.inf
+                worst = max(worst, apart / bounds[step])
+                if not apart <= bounds[step]:
+                    return CheckOutcome(
+                        name=check.name, passed=False, max_err_over_tolerance=worst,
+                        message=f"step {step} of {problem.steps} ({problem.label}): loss {loss:.8g} with your outputs, "
+                                f"{reference[step]:.8g} with the fp64 reference's: apart by {apart:.3g}, more than "
+                                f"{bounds[step]:.3g} ({decl.margin:g}x how far outputs at the edge of their tolerance "
+                                f"take it)." + hint_for(evidence, hint, requires))
+            return CheckOutcome(
+                name=check.name, passed=True, max_err_over_tolerance=worst, cases=len(check.calls),
+                message=f"{problem.steps} steps of {problem.label}: loss {first_loss:.6g} -> {reference[-1]:.6g}, "
+                        f"yours within {worst:.2g} of the bound at every step")
+
+        return PlannedCheck(decl.name, calls, evaluate)
 
     def _TritonKernel(self, decl: TritonKernel) -> PlannedCheck:
         """Replays the recorded calls of the value checks that did not fail (a failed check has

@@ -311,6 +311,55 @@ class FreshResults:
 
 
 @dataclass(frozen=True)
+class TrainingProblem:
+    """A small model and data set trained with the submission's outputs as one layer's backward
+    (what leaderboards call application validation: a kernel that passes unit checks but
+    diverges in real use). Every function runs in the parent, in fp64; ``params`` are the
+    model's parameters by name.
+
+    Attributes:
+        steps: how many SGD steps.
+        dtype: the call dtype of the submission's calls.
+        label: the model and data in words (``two-layer ReLU classifier on 300 spiral points``).
+        init: ``init(generator) -> params``: the initial parameters (and data, kept in the
+            closure), from the plan's generator.
+        inputs: ``inputs(params) -> Case``: the submission's call at these parameters (the
+            logits of the batch and its targets, say).
+        loss: ``loss(params) -> float``: the training loss at these parameters.
+        step: ``step(params, case, outputs) -> params``: one SGD step in which ``outputs`` (output
+            name -> fp64 tensor: the submission's, or the oracle's) are the backward of the
+            layer the submission implements, propagated by fp64 autograd through the rest of
+            the model (``tensor.backward(outputs[...])``); ``case`` is the call that gave them.
+    """
+
+    steps: int
+    dtype: DtypeName
+    label: str
+    init: Callable[[torch.Generator], dict[str, torch.Tensor]]
+    inputs: Callable[[Mapping[str, torch.Tensor]], Case]
+    loss: Callable[[Mapping[str, torch.Tensor]], float]
+    step: Callable[[Mapping[str, torch.Tensor], Case, Mapping[str, torch.Tensor]], dict[str, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class TrainingStep:
+    """The submission inside a training step: ``problem()`` (a ``TrainingProblem``) is trained
+    for its steps beside the fp64 reference; the check fails, naming the step and both losses,
+    when a value goes non-finite or the losses part by more than ``margin`` times the most that
+    trajectories whose every output element sits at the edge of its tolerance (one way, then the
+    other) part from the reference at that step.
+
+    The submission never runs the loop (nothing its process computes decides a verdict): its
+    calls are the reference trajectory's (teacher forcing), planned ahead, and the parent steps
+    the model with the outputs read back, so the trajectory follows the submission's gradients
+    while it stays near the reference (where the comparison means something)."""
+
+    name: str
+    problem: Callable[[], TrainingProblem]
+    margin: float = 2.0
+
+
+@dataclass(frozen=True)
 class TritonKernel:
     """The recorded launches of every right output, replayed alone on new inputs of the same
     layout, reproduce the oracle's output (an aggregate check, no calls of its own)."""
@@ -331,7 +380,7 @@ class CustomCheck:
 
 
 CheckDecl = (ValueCheck | CentralDifference | Invariant | Bounds | OutputContract | RejectsMismatch | RejectsRequiresGrad
-             | Rejects | FreshResults | TritonKernel | CustomCheck)
+             | Rejects | FreshResults | TrainingStep | TritonKernel | CustomCheck)
 #: ``diagnose(out, call, evidence) -> sentence or ""``: names a known mistake an output matches.
 Diagnose = Callable[[torch.Tensor, PlannedCall, CheckEvidence], str]
 

@@ -94,6 +94,7 @@ MISTAKES = {
         "pure PyTorch": "pure_pytorch.py",
         "n_valid counted by PyTorch outside the Triton launches": "n_valid_from_torch.py",
         "the output allocated with torch.empty_like(x) (x's strides when x is transposed)": "empty_like_output.py",
+        "a three-class fast path, unmasked, reached only by a training step's batch": "nan_on_training_batch.py",
     },
 }
 

@@ -92,7 +92,8 @@ def diagnose(got: torch.Tensor, call: PlannedCall, evidence: CheckEvidence) -> s
 
 
 DECLARED = Declared(inputs=spec.INPUTS, outputs=spec.OUTPUTS, make_case=make_case, oracle=placed_oracle,
-                    checks=spec.checks, hints=spec.HINTS, diagnose=diagnose, replay_case=replay_case)
+                    checks=spec.checks, hints=spec.HINTS, diagnose=diagnose, replay_case=replay_case,
+                    hint_requires={"training_step": ("autograd_fp32",)})
 
 
 class SoftmaxCrossEntropyBackward:
