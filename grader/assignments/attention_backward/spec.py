@@ -39,6 +39,7 @@ from grader.assignments.protocol import (
     RejectsRequiresGrad,
     TensorInput,
     TensorOutput,
+    TrainingStep,
     TritonKernel,
     ValueCheck,
 )
@@ -91,6 +92,11 @@ def _loss(case, **perturbed):
     return loss_fp64(given["q"], given["k"], given["v"], given["dout"])
 
 
+def _training_problem():
+    from grader.assignments.attention_backward.training import problem
+    return problem()
+
+
 def checks(device: str) -> tuple:
     """The checks in order; small shapes (the interpreter runs a numpy call per tile); on the CPU
     the bfloat16 cases are left out and bfloat16_values is skipped whole."""
@@ -120,6 +126,7 @@ def checks(device: str) -> tuple:
         RejectsRequiresGrad("rejects_requires_grad", {"B": 1, "H": 2, "S": 19, "D": 16}, dtype="float16"),
         ValueCheck("edge_shapes", (_case(1, 1, 1, 16), _case(3, 1, 2, 32), _case(1, 1, 65, 16), _case(1, 1, 17, 128))),
         FreshResults("fresh_results", _case(1, 2, 40, 32)),
+        TrainingStep("training_step", _training_problem),
         TritonKernel(),
     )
     if device != "cpu":
@@ -148,7 +155,7 @@ def _never_evaluated(check, evidence):
 
 CHECK_NAMES = ("float16_values", "bfloat16_values", "central_difference_dq", "central_difference_dk",
                "central_difference_dv", "dk_key_sum", "dv_key_sum", "strided_inputs", "output_contract",
-               "rejects_mismatch", "rejects_requires_grad", "edge_shapes", "fresh_results", "triton_kernel")
+               "rejects_mismatch", "rejects_requires_grad", "edge_shapes", "fresh_results", "training_step", "triton_kernel")
 GPU_ONLY_CHECKS = ("bfloat16_values",)
 
 HINTS = {
@@ -176,6 +183,9 @@ HINTS = {
     "edge_shapes": "mask the loads past S (other=0) and the stores past S: S = 1, 2, one past a block, D = 128",
     "fresh_results": "compute from the values in memory on every call; zero your accumulators on every call; do "
                      "not cache by pointer",
+    "training_step": "your dq, dk, dv, as the backward of one causal attention layer trained for a few steps, made "
+                     "the training go non-finite or away from the fp64 reference: look at the step named (S = 48, "
+                     "D = 16, float16, as the training step gives them)",
     "triton_kernel": "the work must be done by @triton.jit kernels (Delta included: a PyTorch rowsum is not "
                      "replayed); the grader replays each call's Triton launches alone, on new inputs",
 }
@@ -188,6 +198,7 @@ HINT_REQUIRES: dict[str, tuple[str, ...]] = {
     "strided_inputs": ("float16_values",),
     "edge_shapes": ("float16_values",),
     "fresh_results": ("float16_values",),
+    "training_step": ("float16_values",),
 }
 CRASH_HINT = (" A crash inside a call is usually a kernel reading or writing outside its tensors: a load past S"
               " without a mask, or a gradient stored with an input's strides instead of its own.")

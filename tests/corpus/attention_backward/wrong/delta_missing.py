@@ -1,7 +1,7 @@
 """attention_backward without Delta: dS = P * dP instead of P * (dP - rowsum(dout * out)), the
 term that comes from the softmax's normalisation.
 
-Expected failed checks: float16_values, bfloat16_values, central_difference_dq, central_difference_dk, dk_key_sum, strided_inputs, edge_shapes, fresh_results
+Expected failed checks: float16_values, bfloat16_values, central_difference_dq, central_difference_dk, dk_key_sum, strided_inputs, edge_shapes, fresh_results, training_step
 
 Expected hint: without Delta
 """

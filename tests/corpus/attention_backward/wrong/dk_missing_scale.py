@@ -3,7 +3,7 @@
 No hint can tell it apart: dq and dv are right and the value check's own hint gives the whole
 formula (dk = dS^T q / sqrt(D) among it).
 
-Expected failed checks: float16_values, bfloat16_values, central_difference_dk, strided_inputs, edge_shapes, fresh_results
+Expected failed checks: float16_values, bfloat16_values, central_difference_dk, strided_inputs, edge_shapes, fresh_results, training_step
 
 Expected hint: none
 """

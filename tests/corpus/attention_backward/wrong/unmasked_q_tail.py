@@ -2,7 +2,7 @@
 of the block: the last query block reads past each head's rows (the next head's, or the NaN
 the grader puts around every tensor); masked P is 0 there, but 0 * NaN is NaN.
 
-Expected failed checks: float16_values, bfloat16_values, central_difference_dk, central_difference_dv, dk_key_sum, dv_key_sum, strided_inputs, edge_shapes, fresh_results
+Expected failed checks: float16_values, bfloat16_values, central_difference_dk, central_difference_dv, dk_key_sum, dv_key_sum, strided_inputs, edge_shapes, fresh_results, training_step
 
 Expected hint: does not cover every element
 """
