@@ -187,8 +187,10 @@ class ValueCheck:
 class CentralDifference:
     """``output`` at ``points`` random positions against the central difference
     (L(v + h e) - L(v - h e)) / 2h in fp64 of the assignment's ``loss`` over ``variable`` (a
-    value or hidden entry of the case), under the fp32 tolerance of ``output`` with ``atol``
-    as its floor (the finite difference's own error; h=1e-5 gives ~2e-11 for O(1) losses).
+    value or hidden entry of the case), under the tolerance rule of ``output`` (its rtol, its
+    vtol and the slack of the allowed arithmetic at the point: a half-precision output's
+    rounding) with ``atol`` as its floor (the finite difference's own error; h=1e-5 gives
+    ~2e-11 for O(1) losses).
 
     ``at_placed``: perturb the input as placed (rounded to the call's dtype) instead of the
     drawn fp64 value, so the slope is taken where the kernel computed. ``chosen(case) ->
