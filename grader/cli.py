@@ -123,6 +123,7 @@ def _grade_one(args: argparse.Namespace, console, settings, prestarted) -> int:
     child started ahead): the job, the grading, the output; returns the exit code."""
     from rich.markup import escape
 
+    from grader.plan import AssignmentError
     from grader.report import render_result
     from grader.runner import InfrastructureError, grade_file
 
@@ -168,6 +169,17 @@ def _grade_one(args: argparse.Namespace, console, settings, prestarted) -> int:
         document = grade_file(path, assignment=args.assignment, device=args.device, seed=args.seed,
                               settings=settings, benchmark=args.benchmark, prestarted=prestarted,
                               on_stage=stage_file_writer(Path(stage_file)) if stage_file else None)
+    except AssignmentError as exc:
+        # The assignment's author broke a declaration: no verdict and nobody charged (the service
+        # files it beside infrastructure errors), but the message is the author's to read: the
+        # assignment, the check, the case and the traceback, not "grader failure".
+        reason = f"assignment error (its declarations, not the submission): {exc}"
+        document = ResultDocument(assignment=args.assignment, verdict=Verdict.ERROR, seed=args.seed,
+                                  error=GradingError(kind=ErrorKind.INFRASTRUCTURE, message=reason))
+        _write_json(document, args.json)
+        console.print("[red]assignment error[/] (the assignment's declarations, not the submission):", highlight=False)
+        console.print(str(exc), markup=False, highlight=False)
+        return ExitCode.INFRASTRUCTURE
     except Exception as exc:  # noqa: BLE001 - any failure of the grader itself is ours, never the student's
         reason = str(exc) if isinstance(exc, InfrastructureError) else f"grader failure: {type(exc).__name__}: {exc}"
         document = ResultDocument(assignment=args.assignment, verdict=Verdict.ERROR, seed=args.seed,
@@ -342,6 +354,9 @@ def build_parser() -> argparse.ArgumentParser:
     new = commands.add_parser("new-assignment", help="write the folder, corpus and test module of a new assignment")
     new.add_argument("name", help="the assignment's name (a lower-case identifier)")
     new.add_argument("--function", default=None, help="the function students write (default: the name)")
+    new.add_argument("--dims", default="M,N",
+                     help="the axes of the example's tensors, comma-separated, 1 to 4 (default M,N; B,H,S,D for "
+                          "attention-shaped tensors)")
     new.add_argument("--root", default=str(Path(__file__).resolve().parents[1]),
                      help="the checkout to write into (default: this grader's)")
     new.set_defaults(handler=_new_assignment)

@@ -67,8 +67,10 @@ def diagnose_coverage(got: torch.Tensor, comparison_bad: torch.Tensor, expected:
                       ratio: torch.Tensor | None = None, strided: bool = False) -> str:
     """Name an uncovered block of the output, the mark of a grid, loop bound or mask that stops
     short: NaN outputs where every input is finite, or every column (row) from some index on
-    wrong (two at least) while every one before it is right. Only for 2-D outputs; "" when
-    nothing fits.
+    wrong (two at least) while every one before it is right. Any rank: for an N-D output the
+    same pattern along each axis from the innermost out (attention's query axis: every query
+    from 37 on wrong in every batch and head is a tail of S left unmasked); "" when nothing
+    fits.
 
     ``strided``: the call's inputs are strided views and the same kernel passed the simpler
     (contiguous) checks. Either pattern there is the mark of loads that ignore an input's own
@@ -91,24 +93,34 @@ def diagnose_coverage(got: torch.Tensor, comparison_bad: torch.Tensor, expected:
         return (f" {int(not_finite.sum())} outputs are NaN or inf (the first at {first}) although every input"
                 f" is finite: the kernel read outside its inputs (the grader surrounds them with NaN) or left"
                 f" those outputs unwritten (a grid, loop or mask that does not cover every element).")
-    if got.dim() != 2:
+    if got.dim() < 2:
         return ""
-    for axis, what, advice in ((0, "column", "a grid, loop bound or mask that stops short of the row's end"),
-                               (1, "row", "a grid that launches too few programs for all rows")):
-        per_index = comparison_bad.any(dim=axis)
+    if got.dim() == 2:
+        axes = ((1, "column", "a grid, loop bound or mask that stops short of the row's end"),
+                (0, "row", "a grid that launches too few programs for all rows"))
+    else:  # any rank: every axis from the innermost out, named by its position and length
+        axes = tuple((axis, f"index along axis {axis} (of {got.shape[axis]})",
+                      f"a grid, loop bound or mask that stops short of the end of axis {axis}")
+                     for axis in reversed(range(got.dim())))
+    for axis, what, advice in axes:
+        others = tuple(a for a in range(got.dim()) if a != axis)
+        per_index = comparison_bad.any(dim=others) if others else comparison_bad
         if per_index.numel() < 2 or not bool(per_index.any()) or bool(per_index.all()):
             continue
         first_bad = int(torch.nonzero(per_index)[0])
         # Two wrong indices at least: one wrong element of a 1x2 output is no pattern.
         if 0 < first_bad <= per_index.numel() - 2 and bool(per_index[first_bad:].all()):
             if ratio is not None:
-                worst_per_index = ratio.nan_to_num(nan=math.inf).amax(dim=axis)[first_bad:]
+                worst_per_index = ratio.nan_to_num(nan=math.inf).amax(dim=others)[first_bad:]
                 if not bool((worst_per_index >= COVERAGE_MIN_RATIO).all()):
                     continue
+            if got.dim() == 2:
+                start, before = f"Every {what} from {what} {first_bad} on", f"every {what} before it"
+            else:
+                start, before = f"Every {what} from {first_bad} on", "every index before it"
             if strided:
-                return f" Every {what} from {what} {first_bad} on is wrong and every {what} before it is right.{STRIDED_ADVICE}"
-            return (f" Every {what} from {what} {first_bad} on is wrong and every {what} before it is right:"
-                    f" look for {advice}.")
+                return f" {start} is wrong and {before} is right.{STRIDED_ADVICE}"
+            return f" {start} is wrong and {before} is right: look for {advice}."
     return ""
 
 

@@ -3,7 +3,7 @@
 An assignment declares its call (``TensorInput``/``ScalarInput``, ``TensorOutput`` with a
 tolerance table), its maths (``make_case``, ``oracle``) and its checks as data
 (grader/assignments/protocol.py: ``ValueCheck``, ``CentralDifference``, ``Invariant``,
-``OutputContract``, ``RejectsMismatch``, ``RejectsRequiresGrad``, ``Rejects``,
+``Bounds``, ``OutputContract``, ``RejectsMismatch``, ``RejectsRequiresGrad``, ``Rejects``,
 ``FreshResults``, ``TritonKernel``, ``CustomCheck``); ``build_plan`` turns them into the
 ``Plan`` the runner sends to the child. Every float input is rounded to the call's dtype and
 placed as a strided view inside NaN guards (grader.plan.InputBank), the oracle is computed from
@@ -19,6 +19,7 @@ from collections.abc import Mapping
 import torch
 
 from grader.assignments.protocol import (
+    Bounds,
     Case,
     CaseSpec,
     CentralDifference,
@@ -33,6 +34,7 @@ from grader.assignments.protocol import (
     RejectsRequiresGrad,
     ScalarInput,
     TensorInput,
+    TrainingStep,
     TritonKernel,
     ValueCheck,
 )
@@ -49,7 +51,18 @@ from grader.evaluate import (
     point_failure,
     tolerance_fields,
 )
-from grader.plan import CheckEvidence, Plan, PlannedCall, PlannedCheck, PlannedOutput, dtype_name, scalar
+from grader.plan import (
+    AssignmentError,
+    CheckEvidence,
+    InputBank,
+    Plan,
+    PlannedCall,
+    PlannedCheck,
+    PlannedOutput,
+    dtype_name,
+    layout_of,
+    scalar,
+)
 
 
 def _torch_dtype(name: str) -> torch.dtype:
@@ -64,11 +77,14 @@ class PlanBuilder:
         self.plan = plan
         self.tensor_inputs = [i for i in declared.inputs if isinstance(i, TensorInput)]
         self.scalar_inputs = [i for i in declared.inputs if isinstance(i, ScalarInput)]
+        #: the case being built, in words (an AssignmentError names it)
+        self.current = ""
 
     # ---- cases and placement ----------------------------------------------------------------
     def case(self, spec: CaseSpec) -> Case:
         """New values for ``spec`` from the plan's generator (its own ``draw``, else the
         assignment's ``make_case``)."""
+        self.current = self.label(spec)
         if spec.draw is not None:
             return spec.draw(self.plan.generator)
         return self.declared.make_case(self.plan.generator, spec.dims, spec.exact)
@@ -84,7 +100,7 @@ class PlanBuilder:
         args, kwargs, placed = [], {}, {}
         for item in self.tensor_inputs:
             dtype = _torch_dtype(spec.dtypes[item.name]) if item.name in spec.dtypes else self.input_dtype(item, spec.dtype)
-            view = self.plan.bank.view(case.values[item.name], dtype, spec.layouts.get(item.name, "contiguous"))
+            view = self.plan.bank.view(case.values[item.name], dtype, layout_of(spec.layouts.get(item.name, "contiguous")))
             args.append(view)
             placed[item.name] = self.plan.bank.values_of(view)
         for item in self.scalar_inputs:
@@ -106,7 +122,7 @@ class PlanBuilder:
         scalar arguments."""
         if spec.label:
             return spec.label
-        layouts = "".join(f", {name} {layout}" for name, layout in spec.layouts.items() if layout != "contiguous")
+        layouts = "".join(f", {name} {layout}" for name, layout in spec.layouts.items() if str(layout) != "contiguous")
         scalars = "".join(f", {k}={v}" for k, v in spec.scalars.items())
         if case is not None and case.label:
             return f"{case.label}{layouts}{scalars}"
@@ -182,7 +198,7 @@ class PlanBuilder:
             calls.append(self.value_call(f"{decl.name}/0", spec, case=decl.example()))
         for spec in decl.cases[1 if decl.example is not None else 0:]:
             call = self.value_call(f"{decl.name}/{spec.key or len(calls)}", spec, reference=decl.reference)
-            if any(layout != "contiguous" for layout in spec.layouts.values()):
+            if any(str(layout) != "contiguous" for layout in spec.layouts.values()):
                 call.label += " (" + ", ".join(f"{item.name} strides {tuple(view.stride)}" for item, view in
                                                zip(self.tensor_inputs, call.args) if item.name in spec.layouts) + ")"
             calls.append(call)
@@ -221,14 +237,18 @@ class PlanBuilder:
                 if failure is not None:
                     return failure
                 expectation = call.expectations(0)[output]
-                tolerance = Tolerance(rtol=expectation.tolerance.rtol, atol=decl.atol,
-                                      why=f"the output's rtol plus {decl.atol:g} for the finite-difference error "
-                                          f"(h={decl.h:g}, fp64)")
+                # The output's own rule (its rtol and, for a half-precision output, its vtol and
+                # the slack of the allowed roundings at the point), with atol the finite
+                # difference's error instead of the output's floor.
+                tolerance = Tolerance(rtol=expectation.tolerance.rtol, vtol=expectation.tolerance.vtol, atol=decl.atol,
+                                      why=f"the output's rtol{' and vtol' if expectation.tolerance.vtol else ''} "
+                                          f"plus {decl.atol:g} for the finite-difference error (h={decl.h:g}, fp64)")
                 fields = tolerance_fields(tolerance)
                 for index, slope in call.extra["points"]:
                     value = float(outs[output][index].double())
+                    slack = None if expectation.slack is None else expectation.slack[index]
                     allowed = float(tolerance.allowed(torch.tensor(slope, dtype=torch.float64),
-                                                      expectation.scale[index]))
+                                                      expectation.scale[index], slack))
                     err = abs(value - slope)
                     worst = max(worst, err / allowed if math.isfinite(err) else math.inf)
                     cases += 1
@@ -290,6 +310,59 @@ class PlanBuilder:
 
         return PlannedCheck(decl.name, calls, evaluate)
 
+    def _Bounds(self, decl: Bounds) -> PlannedCheck:
+        """Each element of the output within the assignment's bounds of the case, give or take
+        the element's own allowed error; NaN is outside every bound."""
+        calls = []
+        output = [o.name for o in self.declared.outputs].index(decl.output)
+        for spec in decl.cases:
+            call = self.value_call(f"{decl.name}/{spec.key or len(calls)}", spec)
+            low, high = decl.bounds(call.extra["case"], call.extra["placed"])
+            call.extra["bounds"] = tuple(None if b is None else b.to(torch.float64) for b in (low, high))
+            calls.append(call)
+        hint = self.hint(decl.name)
+        requires = tuple(self.declared.hint_requires.get(decl.name, ()))
+
+        def evaluate(check: PlannedCheck, evidence: CheckEvidence) -> CheckOutcome:
+            worst, fields, elements = 0.0, {}, 0
+            for call in check.calls:
+                outs, failure = call_outputs(check, call, evidence, hint)
+                if failure is not None:
+                    return failure
+                expectation = call.expectations(0)[output]
+                fields = tolerance_fields(expectation.tolerance, f"{expectation.tolerance.bound()} outside the bounds")
+                got = outs[output].double()
+                low, high = call.extra["bounds"]
+                zero = torch.zeros_like(got)
+                below = (low - got).clamp(min=0) if low is not None else zero
+                above = (got - high).clamp(min=0) if high is not None else zero
+                allowed = expectation.tolerance.allowed(expectation.expected, expectation.scale, expectation.slack)
+                ratio = (torch.maximum(below, above) / allowed).nan_to_num(nan=math.inf)
+                ratio = torch.where(torch.isfinite(got), ratio, torch.full_like(ratio, math.inf))
+                worst = max(worst, float(ratio.max()) if ratio.numel() else 0.0)
+                elements += got.numel()
+                if not bool((ratio <= 1).all()):
+                    flat = int(ratio.reshape(-1).argmax())
+                    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), got.shape))
+                    value = float(got[index])
+                    lo = float(low.expand_as(got)[index]) if low is not None else -math.inf
+                    hi = float(high.expand_as(got)[index]) if high is not None else math.inf
+                    where = (decl.where(call.extra["placed"], index) if decl.where is not None
+                             else f"{decl.output}{list(index)}")
+                    bad = int((ratio > 1).sum())
+                    return CheckOutcome(
+                        name=check.name, passed=False, max_err_over_tolerance=worst,
+                        message=f"{call.label}: {bad} elements of {decl.output} break the property ({decl.output} "
+                                f"{decl.what}); {where} = {value:.6g}, outside [{lo:.6g}, {hi:.6g}] (allowed "
+                                f"{float(allowed[index]):.3g} beyond)." + hint_for(evidence, hint, requires),
+                        **point_failure(fields, call.label, list(index), value, min(max(value, lo), hi),
+                                        float(allowed[index])))
+            return CheckOutcome(name=check.name, passed=True, max_err_over_tolerance=worst, cases=len(check.calls),
+                                message=f"{elements} elements: {decl.output} {decl.what} (worst {worst:.2g} of "
+                                        f"tolerance beyond)", **fields)
+
+        return PlannedCheck(decl.name, calls, evaluate)
+
     def _OutputContract(self, decl: OutputContract) -> PlannedCheck:
         calls = []
         for spec in contract_cases(self.declared.inputs, decl.cases):
@@ -335,12 +408,21 @@ class PlanBuilder:
                 wrong[position] = self.plan.bank.view(longer.values[item.name], self.input_dtype(item, decl.dtype))
                 calls.append(self.raise_call(f"{decl.name}/{item.name}_{dim}", f"{item.name} with {dim} + 1 along axis "
                                              f"{axis} ({tuple(wrong[position].size)})", wrong, kwargs))
-            if len(item.dims) == 2 and set(item.dims) <= shared and decl.dims[item.dims[0]] != decl.dims[item.dims[1]]:
+            pairs = list(decl.swaps) + ([item.dims[-2:]] if len(item.dims) >= 2 else [])
+            for first, second in dict.fromkeys(tuple(p) for p in pairs):
+                if (first not in item.dims or second not in item.dims or not {first, second} <= shared
+                        or decl.dims[first] == decl.dims[second]):
+                    continue
+                a, b = item.dims.index(first), item.dims.index(second)
+                values = case.values[item.name].transpose(a, b).contiguous()
                 wrong = list(args)
-                values = case.values[item.name].t().contiguous()
                 wrong[position] = self.plan.bank.view(values, self.input_dtype(item, decl.dtype))
-                calls.append(self.raise_call(f"{decl.name}/{item.name}_transposed_shape",
-                                             f"{item.name} of shape {tuple(values.shape)} (its dims swapped)", wrong, kwargs))
+                suffix = "" if (a, b) in ((0, 1), (1, 0)) and len(item.dims) == 2 else f"_{first}{second}"
+                calls.append(self.raise_call(f"{decl.name}/{item.name}_transposed_shape{suffix}",
+                                             f"{item.name} of shape {tuple(values.shape)} (its dims {first} and "
+                                             f"{second} swapped)" if suffix else
+                                             f"{item.name} of shape {tuple(values.shape)} (its dims swapped)",
+                                             wrong, kwargs))
             if item.float_input and (item.dtype != "call" or call_dtyped > 1):
                 wrong = list(args)
                 own = decl.dtype if item.dtype == "call" else item.dtype
@@ -407,6 +489,68 @@ class PlanBuilder:
             self._pack(call, self.oracle(placed))
         return PlannedCheck(decl.name, [call], self.values_evaluator(decl.name))
 
+    def _TrainingStep(self, decl: TrainingStep) -> PlannedCheck:
+        """The reference trajectory (the oracle's outputs as the layer's backward), one call per
+        step at its states, and the two edge trajectories (every output at +- its allowed error)
+        that set the bound of each step's loss."""
+        problem = decl.problem()
+        start = problem.init(self.plan.generator)
+        params, plus, minus = dict(start), dict(start), dict(start)
+        calls, reference, bounds = [], [], []
+        names = [o.name for o in self.declared.outputs]
+        for step in range(problem.steps):
+            self.current = f"step {step} of {problem.label}"
+            case = problem.inputs(params)
+            spec = CaseSpec(dims={}, dtype=problem.dtype, key=str(step),
+                            label=f"step {step} of {problem.label}: {case.label or 'the batch'}")
+            call = self.value_call(f"{decl.name}/{step}", spec, case=case, record=False)
+            expectations = call.expectations(0)
+            expected = {name: e.expected for name, e in zip(names, expectations)}
+            allowed = {name: e.tolerance.allowed(e.expected, e.scale, e.slack) for name, e in zip(names, expectations)}
+            params = problem.step(params, case, expected)
+            plus = problem.step(plus, case, {n: expected[n] + allowed[n] for n in expected})
+            minus = problem.step(minus, case, {n: expected[n] - allowed[n] for n in expected})
+            loss, edges = problem.loss(params), (problem.loss(plus), problem.loss(minus))
+            reference.append(loss)
+            # the edge trajectories' distance, times the margin, and a floor of fp64 noise
+            bounds.append(decl.margin * max(abs(edge - loss) for edge in edges) + 1e-12 * (1 + abs(loss)))
+            calls.append(call)
+        hint, requires = self.hint(decl.name), tuple(self.declared.hint_requires.get(decl.name, ()))
+
+        def evaluate(check: PlannedCheck, evidence: CheckEvidence) -> CheckOutcome:
+            state, worst = dict(start), 0.0
+            first_loss = problem.loss(start)
+            for step, call in enumerate(check.calls):
+                outs, failure = call_outputs(check, call, evidence, hint)
+                if failure is not None:
+                    return failure.model_copy(update={"message": f"step {step}: {failure.message}"})
+                got = {name: out.double() for name, out in zip(names, outs)}
+                bad = {name: int((~torch.isfinite(t)).sum()) for name, t in got.items() if not bool(torch.isfinite(t).all())}
+                if bad:
+                    where = ", ".join(f"{n} {c} elements" for n, c in bad.items())
+                    return CheckOutcome(
+                        name=check.name, passed=False, max_err_over_tolerance=math.inf,
+                        message=f"step {step} of {problem.steps} ({call.label}): the output is NaN or inf ({where}); "
+                                f"the loss was {first_loss if step == 0 else reference[step - 1]:.6g} before this step "
+                                f"(fp64 reference)." + hint_for(evidence, hint, requires))
+                state = problem.step(state, call.extra["case"], got)
+                loss = problem.loss(state)
+                apart = abs(loss - reference[step]) if math.isfinite(loss) else math.inf
+                worst = max(worst, apart / bounds[step])
+                if not apart <= bounds[step]:
+                    return CheckOutcome(
+                        name=check.name, passed=False, max_err_over_tolerance=worst,
+                        message=f"step {step} of {problem.steps} ({problem.label}): loss {loss:.8g} with your outputs, "
+                                f"{reference[step]:.8g} with the fp64 reference's: apart by {apart:.3g}, more than "
+                                f"{bounds[step]:.3g} ({decl.margin:g}x how far outputs at the edge of their tolerance "
+                                f"take it)." + hint_for(evidence, hint, requires))
+            return CheckOutcome(
+                name=check.name, passed=True, max_err_over_tolerance=worst, cases=len(check.calls),
+                message=f"{problem.steps} steps of {problem.label}: loss {first_loss:.6g} -> {reference[-1]:.6g}, "
+                        f"yours within {worst:.2g} of the bound at every step")
+
+        return PlannedCheck(decl.name, calls, evaluate)
+
     def _TritonKernel(self, decl: TritonKernel) -> PlannedCheck:
         """Replays the recorded calls of the value checks that did not fail (a failed check has
         shown the arithmetic wrong already; blaming the launches for it would mislead)."""
@@ -425,21 +569,39 @@ class PlanBuilder:
 
 
 def contract_cases(inputs: tuple, cases: tuple[CaseSpec, ...]) -> list[CaseSpec]:
-    """The output contract's cases: ``cases``, and for each call dtype among them one more with
-    every 2-D tensor input transposed (unless a case already has exactly that), with the sizes
-    of that dtype's first case. ``torch.empty_like`` of a transposed input keeps its strides
-    (1, M), so a kernel that allocates its output that way returns a non-contiguous tensor
-    there; with contiguous inputs alone the contract could not see it."""
+    """The output contract's cases: ``cases``, and for each call dtype among them one more per
+    memory order the inputs declare (``TensorInput.strided``: the k-th added case places every
+    input in the k-th of its layouts that reorders memory, the others contiguous), unless a
+    case already has exactly those layouts, with the sizes of that dtype's first case.
+    ``torch.empty_like`` of a transposed or permuted input keeps its strides, so a kernel that
+    allocates its output that way returns a non-contiguous tensor there; with contiguous
+    inputs alone the contract could not see it. Any rank: 2-D inputs by default get their
+    last two axes swapped (column-major), a (B, H, S, D) input declared with
+    ``Layout.permuted(0, 2, 1, 3)`` its (B, S, H, D) storage."""
     specs = list(cases)
-    transposed = {item.name: "transposed" for item in inputs if isinstance(item, TensorInput) and len(item.dims) == 2}
+    reordering: dict[str, list] = {}
+    for item in inputs:
+        if isinstance(item, TensorInput) and len(item.dims) >= 2:
+            found = [layout for layout in item.strided if layout_of(layout).reorders]
+            if found:
+                reordering[item.name] = found
+    added = [{name: layouts[k] for name, layouts in reordering.items() if k < len(layouts)}
+             for k in range(max((len(v) for v in reordering.values()), default=0))]
     for dtype in dict.fromkeys(spec.dtype for spec in cases):
         first = next(spec for spec in cases if spec.dtype == dtype)
-        if transposed and not any(dict(spec.layouts) == transposed and spec.dtype == dtype for spec in specs):
-            specs.append(CaseSpec(dims=first.dims, dtype=dtype, layouts=transposed, scalars=first.scalars))
+        for layouts in added:
+            if not any(_same_layouts(spec.layouts, layouts) and spec.dtype == dtype for spec in specs):
+                specs.append(CaseSpec(dims=first.dims, dtype=dtype, layouts=layouts, scalars=first.scalars))
     return specs
 
 
-def build_plan(declared: Declared, *, seed: int, device: str, check_names: tuple[str, ...] | None = None) -> Plan:
+def _same_layouts(a: Mapping, b: Mapping) -> bool:
+    named = {k: layout_of(v) for k, v in a.items() if str(v) != "contiguous"}
+    return named == {k: layout_of(v) for k, v in b.items() if str(v) != "contiguous"}
+
+
+def build_plan(declared: Declared, *, seed: int, device: str, check_names: tuple[str, ...] | None = None,
+               bank: InputBank | None = None, assignment: str = "") -> Plan:
     """Every declared check's calls and oracles for one grading run, in declaration order.
 
     Args:
@@ -448,16 +610,32 @@ def build_plan(declared: Declared, *, seed: int, device: str, check_names: tuple
         device: ``cpu`` (Triton interpreter) or ``cuda``; passed to ``declared.checks``.
         check_names: when given, the plan's check names must equal it (the assignment's
             published order).
+        bank: the input bank to place inputs in (an assignment's own ``InputBank`` subclass);
+            default a new ``InputBank``.
+        assignment: the assignment's name, for the messages of ``AssignmentError``.
 
     Raises:
+        AssignmentError: a declaration failed while its calls were built (a layout that does
+            not fit a rank, a ``make_case``, oracle or bounds function that raised, a check
+            without a hint, a case dtype without a tolerance): names the assignment, the check
+            and the case, with the traceback. The author's error: no submission is charged.
         RuntimeError: the declared checks are out of step with ``check_names``.
-        KeyError: a check without a hint, or a case dtype without a tolerance.
     """
-    plan = Plan(seed=seed, device=device)
+    plan = Plan(seed=seed, device=device, bank=bank)
     plan.outputs = len(declared.outputs)
     builder = PlanBuilder(declared, plan)
-    for decl in declared.checks(device):
-        plan.checks.append(builder.build(decl))
+    try:
+        decls = declared.checks(device)
+    except Exception as exc:  # noqa: BLE001 - the author's code, reported with its traceback
+        raise AssignmentError(assignment, "(checks)", f"checks({device!r})", exc) from exc
+    for decl in decls:
+        builder.current = ""
+        try:
+            plan.checks.append(builder.build(decl))
+        except AssignmentError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the author's declaration, reported with its traceback
+            raise AssignmentError(assignment, getattr(decl, "name", type(decl).__name__), builder.current, exc) from exc
     names = tuple(check.name for check in plan.checks)
     if check_names is not None and names != tuple(check_names):
         raise RuntimeError(f"the declared checks {names} are out of step with the check names {tuple(check_names)}")
@@ -469,4 +647,4 @@ def dims_label(dims: Mapping[str, int]) -> str:
     return "(" + ", ".join(f"{k}={v}" for k, v in dims.items()) + ")"
 
 
-__all__ = ["PlanBuilder", "build_plan", "contract_cases", "dims_label", "dtype_name"]
+__all__ = ["AssignmentError", "PlanBuilder", "build_plan", "contract_cases", "dims_label", "dtype_name"]

@@ -86,6 +86,22 @@ MANIFESTS: dict[str, AssignmentManifest] = {
         module_file="layernorm_backward.py",
         package="grader.assignments.layernorm_backward",
     ),
+    "attention_forward": AssignmentManifest(
+        name="attention_forward",
+        title="Causal attention forward on (B, H, S, D), FlashAttention style: fp16/bf16, online softmax",
+        function="attention_forward",
+        arguments=("q", "k", "v"),
+        module_file="attention_forward.py",
+        package="grader.assignments.attention_forward",
+    ),
+    "attention_backward": AssignmentManifest(
+        name="attention_backward",
+        title="Causal attention backward from the saved out and lse (FlashAttention-2's interface): dq, dk, dv",
+        function="attention_backward",
+        arguments=("q", "k", "v", "out", "dout", "lse"),
+        module_file="attention_backward.py",
+        package="grader.assignments.attention_backward",
+    ),
 }
 
 #: The assignment a request or a command means when it names none.

@@ -34,21 +34,114 @@ from grader.harness.protocol import (
 )
 
 #: NaN elements before and after every view in its base buffer: an out-of-bounds read shows
-#: as NaN in the output (integer bases are guarded with the dtype's most negative value).
+#: as NaN in the output (integer bases are guarded with the dtype's most negative value). Every
+#: view therefore starts at a non-zero storage offset (``Layout.offset`` adds to it).
 GUARD = 67
 
-#: Layouts a 2-D view can take inside its base (row stride, column stride) for (rows, cols).
-LAYOUTS_2D: dict[str, Callable[[int, int], tuple[int, int]]] = {
-    "contiguous": lambda rows, cols: (cols, 1),
-    "transposed": lambda rows, cols: (1, rows),  # column-major
-    "step": lambda rows, cols: (3 * cols + 2, 3),  # every 3rd column of a wider buffer
-    "transposed_step": lambda rows, cols: (2, 2 * rows + 1),
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the elements of an N-D view lie in its base, as data (any rank).
+
+    Attributes:
+        name: how labels and messages name it (``transposed``, ``permuted(0, 2, 1, 3)``).
+        order: the axes from the outermost in memory to the innermost (``(0, 2, 1, 3)``: a
+            (B, S, H, D) buffer viewed as (B, H, S, D)); ``None``: row-major; ``"swap_last"``:
+            row-major with the last two axes swapped (column-major for 2-D).
+        step: the stride of the innermost axis in memory (3: every 3rd element of a wider
+            buffer).
+        gap: elements left unused after each run of the axis inside it (a pitch wider than
+            the data), so no two axes share a stride by arithmetic accident.
+        offset: elements between the guard and the view's first element.
+
+    Strides: the innermost axis in memory gets ``step``; each axis further out gets the
+    stride of the axis inside it times that axis's length, plus ``gap``.
+    """
+
+    name: str
+    order: tuple[int, ...] | str | None = None
+    step: int = 1
+    gap: int = 0
+    offset: int = 0
+
+    def __str__(self) -> str:
+        return self.name
+
+    @staticmethod
+    def permuted(*order: int, step: int = 1, gap: int = 0) -> Layout:
+        """The memory order ``order`` (outermost first): ``Layout.permuted(0, 2, 1, 3)``."""
+        return Layout(f"permuted{tuple(order)}" + (f" step {step}" if step != 1 else ""), tuple(order), step, gap)
+
+    def axes(self, rank: int) -> tuple[int, ...]:
+        """The memory order for a view of ``rank`` dims (outermost first).
+
+        Raises:
+            ValueError: an order that is not a permutation of the view's axes.
+        """
+        if self.order is None or rank == 0:
+            return tuple(range(rank))
+        if self.order == "swap_last":
+            if rank < 2:
+                raise ValueError(f"layout {self.name!r} needs 2 dims at least, not a {rank}-D view")
+            return (*range(rank - 2), rank - 1, rank - 2)
+        if sorted(self.order) != list(range(rank)):
+            raise ValueError(f"layout {self.name!r} orders axes {self.order}, not a permutation of a {rank}-D view's")
+        return tuple(self.order)
+
+    def strides(self, size: tuple[int, ...]) -> tuple[int, ...]:
+        """The view's strides for ``size`` (elements)."""
+        strides = [0] * len(size)
+        running = self.step
+        for axis in reversed(self.axes(len(size))):
+            strides[axis] = running
+            running = running * size[axis] + self.gap
+        return tuple(strides)
+
+    @property
+    def reorders(self) -> bool:
+        """Its memory order is not row-major (``torch.empty_like`` of it is not contiguous)."""
+        return self.order is not None
+
+
+#: The named layouts (``CaseSpec.layouts`` and ``TensorInput.strided`` take a name or a
+#: ``Layout``). For 2-D (rows, cols): contiguous (cols, 1), transposed (1, rows), step
+#: (3 cols + 2, 3), transposed_step (2, 2 rows + 1); for N-D the same rules on the last two axes
+#: (step: every 3rd element of every axis's run, gaps between runs).
+LAYOUTS: dict[str, Layout] = {
+    "contiguous": Layout("contiguous"),
+    "transposed": Layout("transposed", "swap_last"),
+    "step": Layout("step", step=3, gap=2),
+    "transposed_step": Layout("transposed_step", "swap_last", step=2, gap=1),
+    "offset": Layout("offset", offset=5),  # contiguous, 5 elements further into its base
 }
-#: Layouts of a 1-D view: (stride,) for n elements.
-LAYOUTS_1D: dict[str, Callable[[int], tuple[int]]] = {
-    "contiguous": lambda n: (1,),
-    "step": lambda n: (3,),
-}
+
+
+def layout_of(layout: str | Layout) -> Layout:
+    """The ``Layout`` of a name (``LAYOUTS``) or a ``Layout`` itself.
+
+    Raises:
+        ValueError: an unknown name.
+    """
+    if isinstance(layout, Layout):
+        return layout
+    if layout not in LAYOUTS:
+        raise ValueError(f"no layout {layout!r} (known: {', '.join(LAYOUTS)}, or a grader.plan.Layout)")
+    return LAYOUTS[layout]
+
+
+class AssignmentError(Exception):
+    """Building a plan from an assignment's declarations failed: the author's error (a layout
+    that does not fit a rank, a ``make_case`` or oracle that raised), neither the submission's
+    nor the machine's. The message names the assignment, the check and the case, and ends
+    with the traceback of the exception that caused it (``grader check`` prints it whole)."""
+
+    def __init__(self, assignment: str, check: str, case: str, cause: BaseException) -> None:
+        import traceback
+
+        self.assignment, self.check, self.case = assignment, check, case
+        trace = "".join(traceback.format_exception(type(cause), cause, cause.__traceback__))
+        super().__init__(f"assignment {assignment or '?'}: check {check!r}, case {case or '(none)'}: "
+                         f"{type(cause).__name__}: {cause}\n{trace.rstrip()}")
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -68,31 +161,26 @@ class InputBank:
         self.bases[name] = flat.contiguous()
         return name
 
-    def view(self, values: torch.Tensor, dtype: torch.dtype, layout: str = "contiguous") -> TensorSpec:
-        """Place ``values`` (0-D, 1-D or 2-D) as a ``dtype`` view with ``layout`` inside guards.
+    def view(self, values: torch.Tensor, dtype: torch.dtype, layout: str | Layout = "contiguous") -> TensorSpec:
+        """Place ``values`` (any rank) as a ``dtype`` view with ``layout`` inside guards.
 
-        Layouts: 2-D ``contiguous``, ``transposed`` (strides (1, M)), ``step`` (strides
-        (3N + 2, 3)), ``transposed_step`` (strides (2, 2M + 1)); 1-D ``contiguous``, ``step``
-        (stride 3); 0-D ``contiguous``.
+        ``layout`` is a name of ``LAYOUTS`` (contiguous, transposed, step, transposed_step,
+        offset) or a ``Layout`` (a permuted memory order, say); 0-D views take any layout as
+        contiguous.
 
         Raises:
-            ValueError: a layout that does not exist for this number of dimensions.
+            ValueError: an unknown layout, or one that does not fit this number of dimensions.
         """
-        if values.dim() == 2:
-            stride = LAYOUTS_2D[layout](*values.shape)
-        elif values.dim() == 1:
-            stride = LAYOUTS_1D[layout](values.shape[0])
-        elif values.dim() == 0 and layout == "contiguous":
-            stride = ()
-        else:
-            raise ValueError(f"no layout {layout!r} for a {values.dim()}-D view")
+        found = layout_of(layout)
         size = tuple(values.shape)
+        stride = found.strides(size)
+        offset = GUARD + (found.offset if values.dim() else 0)
         span = 1 + sum((n - 1) * s for n, s in zip(size, stride)) if all(size) else 0
         fill = float("nan") if dtype.is_floating_point else torch.iinfo(dtype).min
-        flat = torch.full((GUARD + span + GUARD,), fill, dtype=dtype)
+        flat = torch.full((offset + span + GUARD,), fill, dtype=dtype)
         if span:
-            torch.as_strided(flat, size, stride, GUARD).copy_(values.to(dtype))
-        return TensorSpec(base=self.add(flat), size=list(size), stride=list(stride), offset=GUARD)
+            torch.as_strided(flat, size, stride, offset).copy_(values.to(dtype))
+        return TensorSpec(base=self.add(flat), size=list(size), stride=list(stride), offset=offset)
 
     def relayout(self, spec: TensorSpec, values: torch.Tensor) -> TensorSpec:
         """A view with ``spec``'s size, strides and offset in a new base of the same size and
@@ -324,16 +412,16 @@ class Plan:
         seed: the seed of ``generator``, recorded in the result.
         device: ``cpu`` (Triton interpreter) or ``cuda``.
         generator: the one torch.Generator every input of the run is drawn from.
-        bank: the base buffers.
+        bank: the base buffers (an assignment may pass its own ``InputBank`` subclass).
         checks: the checks in the assignment's order.
         outputs: how many tensors every call returns (1: a tensor; more: a tuple).
     """
 
-    def __init__(self, *, seed: int, device: str) -> None:
+    def __init__(self, *, seed: int, device: str, bank: InputBank | None = None) -> None:
         self.seed = seed
         self.device = device
         self.generator = torch.Generator().manual_seed(seed)
-        self.bank = InputBank()
+        self.bank = bank if bank is not None else InputBank()
         self.checks: list[PlannedCheck] = []
         self.outputs = 1
 

@@ -55,7 +55,7 @@ from grader.evidence import (
 from grader.interpreter_limits import cpu_cannot_judge_notes
 from grader.parent_limits import ParentBudgetSpent, charged_cpu_budget, unreadable_output_error
 from grader.placement import finish_placement, start_placement
-from grader.plan import CheckEvidence, Plan
+from grader.plan import AssignmentError, CheckEvidence, Plan
 from grader.settings import GraderSettings
 from grader.source_validation import SourceRejected, validate_source
 from grader.stages import GradingStage, report_stage, stage_listener
@@ -211,8 +211,8 @@ def _checks_beside_isolated(plan: Plan, assignment: Assignment, source: str, rep
                                    device=device, settings=settings, grading_dir=grading_dir, cache_dir=cache_dir,
                                    timings=timings, rows=rows, benchmark_options=benchmark_options,
                                    stopped_early=stopped_early)
-        except (InfrastructureError, ChildFileRejected, ParentBudgetSpent):
-            raise
+        except (InfrastructureError, AssignmentError, ChildFileRejected, ParentBudgetSpent):
+            raise  # ours, the author's, or already the submission's own error
         except Exception as exc:  # noqa: BLE001 - who pays: what the submission produced broke a reader
             return _Run(fields={"verdict": Verdict.ERROR, "error": unreadable_output_error(exc)})
 

@@ -32,7 +32,7 @@ import torch
 
 from grader.checks import Tolerance
 from grader.manifest import AssignmentManifest
-from grader.plan import CheckEvidence, Plan, PlannedCall, PlannedCheck
+from grader.plan import CheckEvidence, Layout, Plan, PlannedCall, PlannedCheck
 
 #: A dtype by its name, as in labels and reports (``float32``, ``float16``, ``bfloat16``, ``int64``).
 DtypeName = str
@@ -51,15 +51,18 @@ class TensorInput:
         dtype: ``"call"`` (the call's float dtype: float32/float16/bfloat16) or a fixed dtype
             name (``"int64"`` for class indices, ``"float32"`` for saved statistics).
         float_input: a float tensor whose dtype and requires_grad the rejection checks vary.
-        strided: layouts (grader.plan.LAYOUTS_2D / LAYOUTS_1D names) the generic
-            ``strided_inputs`` and ``output_contract`` checks place it in; () for none.
+        strided: the layouts a real caller passes it in (names of grader.plan.LAYOUTS or
+            ``grader.plan.Layout``s: a permuted memory order, stepped strides); () for none.
+            ``OutputContract`` places it in each one that reorders memory (the k-th such
+            layout of every input in its k-th added case), so that an output allocated with
+            ``torch.empty_like`` of it is caught on any rank.
     """
 
     name: str
     dims: tuple[str, ...]
     dtype: str = "call"
     float_input: bool = True
-    strided: tuple[str, ...] = ("transposed", "step")
+    strided: tuple[str | Layout, ...] = ("transposed", "step")
 
 
 @dataclass(frozen=True)
@@ -140,7 +143,8 @@ class CaseSpec:
     Attributes:
         dims: symbolic size -> length.
         dtype: the call's dtype name.
-        layouts: input name -> layout (default ``contiguous``).
+        layouts: input name -> layout, a name of grader.plan.LAYOUTS or a ``Layout`` (default
+            ``contiguous``); any rank.
         exact: draw the assignment's exact values (``MakeCase``'s ``exact``).
         scalars: scalar arguments passed as keywords (``{"ignore_index": 3}``).
         label: how messages name the case (default: the drawn case's label, else dims,
@@ -155,7 +159,7 @@ class CaseSpec:
 
     dims: Mapping[str, int]
     dtype: DtypeName = "float32"
-    layouts: Mapping[str, str] = field(default_factory=dict)
+    layouts: Mapping[str, str | Layout] = field(default_factory=dict)
     exact: bool = False
     scalars: Mapping[str, int | float | bool] = field(default_factory=dict)
     label: str = ""
@@ -183,8 +187,10 @@ class ValueCheck:
 class CentralDifference:
     """``output`` at ``points`` random positions against the central difference
     (L(v + h e) - L(v - h e)) / 2h in fp64 of the assignment's ``loss`` over ``variable`` (a
-    value or hidden entry of the case), under the fp32 tolerance of ``output`` with ``atol``
-    as its floor (the finite difference's own error; h=1e-5 gives ~2e-11 for O(1) losses).
+    value or hidden entry of the case), under the tolerance rule of ``output`` (its rtol, its
+    vtol and the slack of the allowed arithmetic at the point: a half-precision output's
+    rounding) with ``atol`` as its floor (the finite difference's own error; h=1e-5 gives
+    ~2e-11 for O(1) losses).
 
     ``at_placed``: perturb the input as placed (rounded to the call's dtype) instead of the
     drawn fp64 value, so the slope is taken where the kernel computed. ``chosen(case) ->
@@ -205,8 +211,9 @@ class CentralDifference:
 
 @dataclass(frozen=True)
 class Invariant:
-    """sum over ``dim`` of output * weights matches the same sum of the oracle (0 for
-    sum_j dx = 0), within the sum of the per-element bounds times |weights|.
+    """sum over ``dim`` (any axis or axes of any rank: attention's key axis -2) of output *
+    weights matches the same sum of the oracle (0 for sum_j dx = 0), within the sum of the
+    per-element bounds times |weights|. The hint follows ``hint_requires`` (hint_for).
 
     ``weights(case, placed values) -> tensor`` broadcastable to the output, or None for 1
     (layernorm's sum_j dx * xhat = 0 uses xhat). ``where(placed values, index) -> words``
@@ -217,18 +224,40 @@ class Invariant:
     cases: tuple[CaseSpec, ...]
     output: str
     weights: Callable[[Case, Mapping], torch.Tensor] | None = None
-    dim: int = -1
+    dim: int | tuple[int, ...] = -1
     what: str = "sums to ~0"
     where: Callable[[Mapping, int], str] | None = None
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """A property of values: every element of ``output`` lies within ``[low, high]`` of the
+    assignment's ``bounds(case, placed values) -> (low, high)`` (tensors broadcastable to the
+    output; None for no bound on that side), give or take the element's own tolerance
+    (``Tolerance.allowed`` of the oracle). Any rank, any axis: attention's convex hull is
+    ``low = min over the keys j <= i of v[..., j, :]`` and ``high`` the max.
+
+    ``what`` says the property in words (``lies within the min and max of the rows of v it
+    attends to``); ``where(placed, index) -> words`` names a failing element (default: the
+    output and its index). The hint follows ``hint_requires`` like every value check's."""
+
+    name: str
+    cases: tuple[CaseSpec, ...]
+    output: str
+    bounds: Callable[[Case, Mapping], tuple[torch.Tensor | None, torch.Tensor | None]]
+    what: str = "lies within its bounds"
+    where: Callable[[Mapping, tuple[int, ...]], str] | None = None
 
 
 @dataclass(frozen=True)
 class OutputContract:
     """Each output is a fresh contiguous tensor of the declared shape, dtype and device that
     shares no memory with the inputs, and every input (and the guards around it) is bitwise
-    unchanged. The core adds, to the cases given, one case per call dtype with every 2-D
-    input transposed, so that ``torch.empty_like`` of a transposed input is caught. Its calls
-    are not replayed by ``triton_kernel`` (it judges no values)."""
+    unchanged. The core adds, to the cases given, per call dtype one case for each memory
+    order the inputs declare in ``TensorInput.strided`` (the default: every input of 2 dims
+    or more with its last two axes swapped; attention's q, k, v as (B, S, H, D) storage),
+    so that ``torch.empty_like`` of such an input is caught on any rank. Its calls are not
+    replayed by ``triton_kernel`` (it judges no values)."""
 
     name: str
     cases: tuple[CaseSpec, ...]
@@ -237,14 +266,17 @@ class OutputContract:
 @dataclass(frozen=True)
 class RejectsMismatch:
     """Calls that must raise: for every tensor input in turn, each axis it shares with another
-    input one longer (a shape that disagrees with the others), a float input in another float
-    dtype, and one input on another device (``dims`` gives the sizes; ``dtype`` the call dtype
-    of the other inputs, one the assignment accepts, so that only the one mismatch can make a
-    call raise)."""
+    input one longer (a shape that disagrees with the others), its last two axes swapped (a
+    (B, H, D, S) k where (B, H, S, D) is due; where both are shared and differ in length), each
+    pair in ``swaps`` swapped likewise (axis names, any two of the input's), a float input in
+    another float dtype, and one input on another device (``dims`` gives the sizes; ``dtype``
+    the call dtype of the other inputs, one the assignment accepts, so that only the one
+    mismatch can make a call raise)."""
 
     name: str
     dims: Mapping[str, int]
     dtype: DtypeName = "float32"
+    swaps: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -281,6 +313,55 @@ class FreshResults:
 
 
 @dataclass(frozen=True)
+class TrainingProblem:
+    """A small model and data set trained with the submission's outputs as one layer's backward
+    (what leaderboards call application validation: a kernel that passes unit checks but
+    diverges in real use). Every function runs in the parent, in fp64; ``params`` are the
+    model's parameters by name.
+
+    Attributes:
+        steps: how many SGD steps.
+        dtype: the call dtype of the submission's calls.
+        label: the model and data in words (``two-layer ReLU classifier on 300 spiral points``).
+        init: ``init(generator) -> params``: the initial parameters (and data, kept in the
+            closure), from the plan's generator.
+        inputs: ``inputs(params) -> Case``: the submission's call at these parameters (the
+            logits of the batch and its targets, say).
+        loss: ``loss(params) -> float``: the training loss at these parameters.
+        step: ``step(params, case, outputs) -> params``: one SGD step in which ``outputs`` (output
+            name -> fp64 tensor: the submission's, or the oracle's) are the backward of the
+            layer the submission implements, propagated by fp64 autograd through the rest of
+            the model (``tensor.backward(outputs[...])``); ``case`` is the call that gave them.
+    """
+
+    steps: int
+    dtype: DtypeName
+    label: str
+    init: Callable[[torch.Generator], dict[str, torch.Tensor]]
+    inputs: Callable[[Mapping[str, torch.Tensor]], Case]
+    loss: Callable[[Mapping[str, torch.Tensor]], float]
+    step: Callable[[Mapping[str, torch.Tensor], Case, Mapping[str, torch.Tensor]], dict[str, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class TrainingStep:
+    """The submission inside a training step: ``problem()`` (a ``TrainingProblem``) is trained
+    for its steps beside the fp64 reference; the check fails, naming the step and both losses,
+    when a value goes non-finite or the losses part by more than ``margin`` times the most that
+    trajectories whose every output element sits at the edge of its tolerance (one way, then the
+    other) part from the reference at that step.
+
+    The submission never runs the loop (nothing its process computes decides a verdict): its
+    calls are the reference trajectory's (teacher forcing), planned ahead, and the parent steps
+    the model with the outputs read back, so the trajectory follows the submission's gradients
+    while it stays near the reference (where the comparison means something)."""
+
+    name: str
+    problem: Callable[[], TrainingProblem]
+    margin: float = 2.0
+
+
+@dataclass(frozen=True)
 class TritonKernel:
     """The recorded launches of every right output, replayed alone on new inputs of the same
     layout, reproduce the oracle's output (an aggregate check, no calls of its own)."""
@@ -290,15 +371,18 @@ class TritonKernel:
 
 @dataclass(frozen=True)
 class CustomCheck:
-    """A check of the assignment's own: ``build(plan, assignment) -> PlannedCheck``
-    (large_offsets, say). Use it only for what no generic check says."""
+    """A check of the assignment's own: ``build(plan, declared) -> PlannedCheck``, called with
+    the plan being built (its generator, bank and device) and the assignment's ``Declared``
+    (large_offsets, say). Use it only for what no generic check says; docs/authoring.md,
+    "A check of your own", is the recipe (grader.generic_checks.PlanBuilder places inputs and
+    computes oracles for it)."""
 
     name: str
     build: Callable[[Plan, object], PlannedCheck]
 
 
-CheckDecl = (ValueCheck | CentralDifference | Invariant | OutputContract | RejectsMismatch | RejectsRequiresGrad
-             | Rejects | FreshResults | TritonKernel | CustomCheck)
+CheckDecl = (ValueCheck | CentralDifference | Invariant | Bounds | OutputContract | RejectsMismatch | RejectsRequiresGrad
+             | Rejects | FreshResults | TrainingStep | TritonKernel | CustomCheck)
 #: ``diagnose(out, call, evidence) -> sentence or ""``: names a known mistake an output matches.
 Diagnose = Callable[[torch.Tensor, PlannedCall, CheckEvidence], str]
 
@@ -382,6 +466,24 @@ class BenchmarkSpec:
     oracle: Callable[[tuple, Mapping[str, torch.Tensor] | None], Mapping[str, tuple]]
 
 
+# ---- the corpus ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CorpusMinimums:
+    """How many files an assignment's corpus (tests/corpus/NAME/) holds at least:
+    ``correct`` styles a student would write and ``wrong`` known mistakes, one per file
+    (tests/grader/test_corpora.py; docs/authoring.md states the default, 3 and 8). An
+    assignment sets ``corpus = CorpusMinimums(...)`` where its own issue asks otherwise."""
+
+    correct: int = 3
+    wrong: int = 8
+
+
+def corpus_minimums(assignment: object) -> CorpusMinimums:
+    """The assignment's ``corpus`` minimums, else the default (3 correct, 8 wrong)."""
+    found = getattr(assignment, "corpus", None)
+    return found if isinstance(found, CorpusMinimums) else CorpusMinimums()
+
+
 # ---- the assignment -------------------------------------------------------------------------
 class Assignment(Protocol):
     """One assignment, as the grader sees it.
@@ -397,6 +499,8 @@ class Assignment(Protocol):
         reference_file: the course reference solution (a peer in the benchmark).
         template_file: the starter file.
         crash_hint: a sentence added to the error of a call that crashed the process.
+        corpus: optional; the corpus's minimums (``CorpusMinimums``; default 3 correct, 8
+            wrong), read by tests/grader/test_corpora.py through ``corpus_minimums``.
     """
 
     manifest: AssignmentManifest

@@ -39,6 +39,7 @@ from grading_support import (
 )
 
 from grader.assignments import get_assignment
+from grader.assignments.protocol import corpus_minimums
 from grader.contract import ResultDocument
 from grader.manifest import MANIFESTS
 
@@ -53,10 +54,9 @@ STYLES = {
     "softmax_cross_entropy_backward": {"online_rowloop.py", "three_pass_lse.py"},
     "gemm_epilogue": {"tutorial_grouped.py", "block_pointers.py", "split_k_two_kernels.py"},
     "layernorm_backward": {"tutorial_locks.py", "atomics.py", "column_pass.py"},
+    "attention_forward": {"tutorial06_block_pointers.py", "two_pass_lse.py", "prescaled_q_head_loop.py"},
+    "attention_backward": {"tutorial06_bwd.py", "atomic_dq.py", "inline_delta_exp2.py"},
 }
-
-#: Correct files an assignment's corpus holds at least, where not three (its own issue asked for two).
-FEWEST_CORRECT = {"softmax_cross_entropy_backward": 2}
 
 #: Where an assignment lists its known mistakes, one wrong file each, and no file outside the list.
 MISTAKES = {
@@ -94,6 +94,7 @@ MISTAKES = {
         "pure PyTorch": "pure_pytorch.py",
         "n_valid counted by PyTorch outside the Triton launches": "n_valid_from_torch.py",
         "the output allocated with torch.empty_like(x) (x's strides when x is transposed)": "empty_like_output.py",
+        "a three-class fast path, unmasked, reached only by a training step's batch": "nan_on_training_batch.py",
     },
 }
 
@@ -119,6 +120,13 @@ DIAGNOSES = {
     ("layernorm_backward", "missing_xhat_term.py"): ("autograd_fp32", "the xhat * c1 term of dx is missing"),
     ("layernorm_backward", "missing_mean_term.py"): ("autograd_fp32", "the c2 = mean_j(w*dy) term of dx is missing"),
     ("layernorm_backward", "divides_by_rstd.py"): ("autograd_fp32", "rstd was used as the standard deviation"),
+    ("attention_forward", "no_causal_mask.py"): ("float16_values", "attention without the causal mask"),
+    ("attention_forward", "no_scale.py"): ("float16_values", "scores without the 1/sqrt(D) scale"),
+    ("attention_forward", "empty_like_output.py"): ("output_contract", "q permuted(0, 2, 1, 3), k permuted(0, 2, 1, 3), "
+                                                                       "v permuted(0, 2, 1, 3): output is not contiguous"),
+    ("attention_backward", "wrong_lse_base.py"): ("float16_values", "the natural-log lse used as a base-2 one"),
+    ("attention_backward", "delta_missing.py"): ("float16_values", "without Delta"),
+    ("attention_backward", "no_causal_mask.py"): ("float16_values", "keys j > i must be masked before the exponential"),
 }
 
 #: Checks each starter template passes already: its wrapper validates its inputs.
@@ -126,6 +134,8 @@ TEMPLATE_PASSES = {
     "softmax_cross_entropy_backward": {"rejects_mismatch", "rejects_requires_grad", "output_contract"},
     "gemm_epilogue": {"rejects_mismatch", "rejects_requires_grad"},
     "layernorm_backward": {"rejects_mismatch", "rejects_requires_grad"},
+    "attention_forward": {"rejects_mismatch", "rejects_requires_grad", "rejects_unsupported", "output_contract"},
+    "attention_backward": {"rejects_mismatch", "rejects_requires_grad"},
 }
 
 
@@ -146,21 +156,57 @@ def _gpu_only(name: str) -> set[str]:
     return set(get_assignment(name).gpu_only_checks)
 
 
-def submit_all(gradings) -> None:
-    """Queue every corpus grading of every assignment (a key already queued is not graded again).
+def submit_assignment(gradings, name: str) -> None:
+    """Queue every corpus grading of one assignment (a key already queued is not graded again).
     The limit is generous: these tests are about verdicts, and the slowest files (fp16 kernels
     with short chunks) run for minutes under the interpreter on a busy machine."""
-    for name in NAMES:
-        assignment = get_assignment(name)
-        for path in [assignment.reference_file, assignment.template_file, *_files(name, "correct"),
-                     *_files(name, "wrong")]:
-            gradings.submit(key(name, path), path, assignment=name, grader_settings=settings(child_timeout_s=900))
+    assignment = get_assignment(name)
+    for path in [assignment.reference_file, assignment.template_file, *_files(name, "correct"),
+                 *_files(name, "wrong")]:
+        gradings.submit(key(name, path), path, assignment=name, grader_settings=settings(child_timeout_s=900))
+
+
+class CorpusGradings:
+    """The corpus gradings of the assignments the session's tests ask for, and no other:
+    ``pytest tests/grader/test_corpora.py -k NAME`` grades NAME's corpus only.
+
+    The assignments of the selected tests that take a ``name`` are queued when the fixture is
+    set up (so the pool works on all of them at once); any other is queued by the first
+    ``result`` of one of its files (the tests about particular files)."""
+
+    def __init__(self, gradings, names) -> None:
+        self.gradings = gradings
+        self.queued: set[str] = set()
+        for name in names:
+            self.queue(name)
+
+    def queue(self, name: str) -> None:
+        if name not in self.queued:
+            self.queued.add(name)
+            submit_assignment(self.gradings, name)
+
+    def result(self, key_: str) -> dict:
+        self.queue(key_.split("/")[0])
+        return self.gradings.result(key_)
+
+
+def selected_names(request) -> list[str]:
+    """The assignments named by the ``name`` parameter of this session's selected corpus tests."""
+    found = {}
+    for item in request.session.items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if Path(str(item.fspath)).name in CORPUS_MODULES and params.get("name") in NAMES:
+            found[params["name"]] = None
+    return list(found)
+
+
+#: The modules whose tests read corpus gradings (tests/grader/test_corpus_hints.py too).
+CORPUS_MODULES = {"test_corpora.py", "test_corpus_hints.py"}
 
 
 @pytest.fixture(scope="module")
-def graded(gradings):
-    submit_all(gradings)
-    return gradings
+def graded(gradings, request):
+    return CorpusGradings(gradings, selected_names(request))
 
 
 def _result(graded, name: str, folder: str, file: str) -> dict:
@@ -192,12 +238,14 @@ def test_the_starter_template_runs_and_fails(name, graded):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_the_corpora_have_their_styles_and_mistakes(name):
-    # At least three correct styles and eight known mistakes (docs/authoring.md); STYLES names
-    # the ones an assignment must keep, where it lists them.
+    # The assignment's own minimums (``corpus``: three correct styles and eight known mistakes
+    # unless it says otherwise; docs/authoring.md); STYLES names the ones an assignment must
+    # keep, where it lists them.
+    minimums = corpus_minimums(get_assignment(name))
     correct = {p.name for p in _files(name, "correct")}
-    assert correct >= STYLES.get(name, set()) and len(correct) >= FEWEST_CORRECT.get(name, 3), correct
+    assert correct >= STYLES.get(name, set()) and len(correct) >= minimums.correct, (minimums, correct)
     wrong = {p.name for p in _files(name, "wrong")}
-    assert len(wrong) >= 8
+    assert len(wrong) >= minimums.wrong, (minimums, wrong)
     if name in MISTAKES:
         assert set(MISTAKES[name].values()) == wrong, set(MISTAKES[name].values()) ^ wrong
 
@@ -243,11 +291,11 @@ def test_a_value_failure_names_the_mistake(name, file, graded):
         assert "Your output matches" in message and "Hint:" not in message.split("(+")[0], message
 
 
-def test_nothing_is_compiled_under_the_interpreter(graded):
-    for name in NAMES:
-        for path in _files(name, "correct"):
-            document = graded.result(key(name, path))
-            assert document["timings_s"]["compile"] == 0.0, (name, path.name, document["timings_s"])
+@pytest.mark.parametrize("name", NAMES)
+def test_nothing_is_compiled_under_the_interpreter(name, graded):
+    for path in _files(name, "correct"):
+        document = graded.result(key(name, path))
+        assert document["timings_s"]["compile"] == 0.0, (name, path.name, document["timings_s"])
 
 
 # ---- softmax_backward: what particular files show ---------------------------------------------------

@@ -25,7 +25,7 @@ from grading_support import (
     skipped_checks,
     summary,
 )
-from test_corpora import key, submit_all
+from test_corpora import CorpusGradings, key, selected_names
 from test_corpora import settings as corpus_settings
 
 from grader.assignments.softmax_backward import checks as softmax_checks
@@ -46,10 +46,10 @@ WRONG = [(name, path) for name in ASSIGNMENTS for path in _wrong(name)]
 
 
 @pytest.fixture(scope="module")
-def graded(gradings):
-    """Every corpus file of every assignment, graded once (seed 0, CPU interpreter)."""
-    submit_all(gradings)
-    return gradings
+def graded(gradings, request):
+    """The corpus files of the selected tests' assignments, each graded once (seed 0, CPU
+    interpreter): ``-k NAME`` grades NAME's only."""
+    return CorpusGradings(gradings, selected_names(request))
 
 
 def _other_phrases(name: str, path: Path) -> set[str]:

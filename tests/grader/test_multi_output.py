@@ -93,14 +93,16 @@ def assignment(tmp_path_factory):
     scaffold(NAME, root)
     package = root / "grader" / "assignments" / NAME
     spec_file = package / "spec.py"
-    spec_file.write_text(spec_file.read_text().replace(
-        'OUTPUTS = (TensorOutput("out", ("M", "N"), TOLERANCES),)\n', SPEC_PATCH))
+    text = spec_file.read_text()
+    assert 'OUTPUTS = (TensorOutput("out", AXES, TOLERANCES),)\n' in text  # the scaffold's line, patched below
+    spec_file.write_text(text.replace('OUTPUTS = (TensorOutput("out", AXES, TOLERANCES),)\n', SPEC_PATCH))
     oracle_file = package / "oracle.py"
     text = oracle_file.read_text()
     oracle_file.write_text(text[:text.index("def oracle(values):")] + ORACLE_PATCH.lstrip("\n"))
     init_file = package / "__init__.py"
-    init_file.write_text(init_file.read_text().replace(
-        'outputs={"out": ("M", None)}', 'outputs={"out": ("M", None), "colsum": (None,)}'))
+    text = init_file.read_text()
+    assert 'outputs={"out": _SELECTED}' in text
+    init_file.write_text(text.replace('outputs={"out": _SELECTED}', 'outputs={"out": _SELECTED, "colsum": (None,)}'))
     for name, flag in (("reference.py", "False"), ("wrong_colsum.py", "True")):
         (package / name).write_text(REFERENCE.replace("NAME", NAME).replace("WRONG_FLAG", flag))
     entry = AssignmentManifest(name=NAME, title="two outputs", function=NAME, arguments=("x", "y"),

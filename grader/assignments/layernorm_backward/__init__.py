@@ -144,7 +144,8 @@ class LayernormBackward:
     )
 
     def build_plan(self, *, seed: int, device: str):
-        return build_plan(DECLARED, seed=seed, device=device, check_names=self.check_names)
+        return build_plan(DECLARED, seed=seed, device=device, check_names=self.check_names,
+                          assignment=self.manifest.name)
 
     def tolerance(self, dtype: torch.dtype, output: str | None = None) -> Tolerance:
         return spec.TOLERANCES[str(dtype).replace("torch.", "")]

@@ -347,4 +347,5 @@ def build_plan(*, seed: int, device: str) -> Plan:
     Returns:
         Plan whose checks appear in CHECK_NAMES order.
     """
-    return build_declared_plan(DECLARED, seed=seed, device=device, check_names=CHECK_NAMES)
+    return build_declared_plan(DECLARED, seed=seed, device=device, check_names=CHECK_NAMES,
+                               assignment="softmax_backward")

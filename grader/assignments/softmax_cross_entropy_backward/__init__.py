@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from grader.assignments.protocol import BenchmarkSpec, Declared, Floor, OutputOracle, TimedSelection
+from grader.assignments.protocol import BenchmarkSpec, CorpusMinimums, Declared, Floor, OutputOracle, TimedSelection
 from grader.assignments.softmax_cross_entropy_backward import spec
 from grader.assignments.softmax_cross_entropy_backward.inputs import make_case, replay_case
 from grader.assignments.softmax_cross_entropy_backward.oracle import benchmark_oracle, xent_grad_fp64
@@ -92,7 +92,8 @@ def diagnose(got: torch.Tensor, call: PlannedCall, evidence: CheckEvidence) -> s
 
 
 DECLARED = Declared(inputs=spec.INPUTS, outputs=spec.OUTPUTS, make_case=make_case, oracle=placed_oracle,
-                    checks=spec.checks, hints=spec.HINTS, diagnose=diagnose, replay_case=replay_case)
+                    checks=spec.checks, hints=spec.HINTS, diagnose=diagnose, replay_case=replay_case,
+                    hint_requires={"training_step": ("autograd_fp32",)})
 
 
 class SoftmaxCrossEntropyBackward:
@@ -108,6 +109,7 @@ class SoftmaxCrossEntropyBackward:
     reference_file = HERE / "reference.py"
     template_file = HERE / "template.py"
     crash_hint = spec.CRASH_HINT
+    corpus = CorpusMinimums(correct=2)  # its issue asked for two correct styles
     benchmark = BenchmarkSpec(
         shapes=spec.BENCHMARK_SHAPES,
         dtypes=spec.BENCHMARK_DTYPES,
@@ -138,7 +140,8 @@ class SoftmaxCrossEntropyBackward:
     )
 
     def build_plan(self, *, seed: int, device: str):
-        return build_plan(DECLARED, seed=seed, device=device, check_names=self.check_names)
+        return build_plan(DECLARED, seed=seed, device=device, check_names=self.check_names,
+                          assignment=self.manifest.name)
 
     def tolerance(self, dtype: torch.dtype, output: str | None = None) -> Tolerance:
         return spec.TOLERANCES[str(dtype).replace("torch.", "")]

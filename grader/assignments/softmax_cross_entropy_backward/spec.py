@@ -36,6 +36,7 @@ from grader.assignments.protocol import (
     ScalarInput,
     TensorInput,
     TensorOutput,
+    TrainingStep,
     TritonKernel,
     ValueCheck,
 )
@@ -272,8 +273,14 @@ def checks(device: str) -> tuple:
                                         for m, c in ((1, 1), (1, 1000), (7, 1), (3, 3), (257, 2), (2, 4097),
                                                      (2, LONG_ROW), (1, LONGEST_ROW + 3)))),
         FreshResults("fresh_results", CaseSpec(dims={"M": 4, "C": 512}, label="(4, 512) float32", draw=fresh)),
+        TrainingStep("training_step", _training_problem),
         TritonKernel(),
     )
+
+
+def _training_problem():
+    from grader.assignments.softmax_cross_entropy_backward.training import problem
+    return problem()
 
 
 CHECK_NAMES = (
@@ -291,10 +298,14 @@ CHECK_NAMES = (
     "rejects_out_of_range_targets",
     "edge_shapes",
     "fresh_results",
+    "training_step",
     "triton_kernel",
 )
 
 HINTS = {
+    "training_step": "your dx, as the backward of the loss of a small classifier trained on spiral data, made the "
+                     "training go non-finite or away from the fp64 reference: look at the step and shape named (a "
+                     "batch of 300 rows of 3 classes, as a training step gives it)",
     "example_three_class": "p=[0.25,0.60,0.15], target 1, grad 1, one row: dx = p - y = [0.25,-0.40,0.15]; "
                            "two rows: each row divided by n_valid = 2",
     "autograd_fp32": "dx = (softmax(x) - onehot(t)) * grad / n_valid per row, softmax over the last dimension, "

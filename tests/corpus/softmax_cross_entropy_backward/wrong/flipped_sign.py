@@ -6,7 +6,7 @@ triton_kernel is not run: every value check fails, and the replay judges only th
 checks that passed (a failed check has shown the arithmetic wrong already).
 
 Expected failed checks: example_three_class, autograd_fp32, half_precision, central_difference,
-    ignore_index, stability_large_logits, strided_inputs, edge_shapes, fresh_results
+    ignore_index, stability_large_logits, strided_inputs, edge_shapes, fresh_results, training_step
 
 Expected hint: sign
 """

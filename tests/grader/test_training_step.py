@@ -1,0 +1,63 @@
+"""The training-step check (grader.generic_checks ``_TrainingStep``) on
+softmax_cross_entropy_backward's spiral classifier, with the evidence made here (no child):
+right outputs pass; a NaN at one step fails naming that step and the loss; a gradient 5% too
+large passes no unit bound of dx and parts the trajectory, named with both losses. CPU, ~1 s.
+The same check on real kernels: tests/corpus/softmax_cross_entropy_backward (every correct file
+passes it; nan_on_training_batch.py, exact on every unit input, fails it alone)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from test_generic_checks import _evidence
+
+from grader.assignments.protocol import TrainingStep
+from grader.assignments.softmax_cross_entropy_backward import DECLARED
+from grader.assignments.softmax_cross_entropy_backward.training import STEPS, problem
+from grader.generic_checks import PlanBuilder
+from grader.plan import CheckEvidence, Plan
+
+
+def _check():
+    plan = Plan(seed=0, device="cpu")
+    check = PlanBuilder(DECLARED, plan).build(TrainingStep("training_step", problem))
+    plan.checks.append(check)
+    return plan, check
+
+
+def test_the_reference_gradients_follow_the_reference_and_the_loss_falls():
+    plan, check = _check()
+    assert len(check.calls) == STEPS and [call.args[0].size for call in check.calls[:1]] == [[300, 3]]
+    outcome = check.evaluate(check, CheckEvidence(calls=_evidence(plan), bank=plan.bank))
+    assert outcome.passed, outcome.message
+    before, after = (float(x) for x in outcome.message.split("loss ")[1].split(",")[0].split(" -> "))
+    assert math.isclose(before, math.log(3), rel_tol=0.02) and after < before - 0.2, outcome.message
+
+
+def test_a_nan_at_one_step_fails_with_that_step_and_the_loss():
+    plan, check = _check()
+
+    def nan_at_step_5(call, outs):
+        if call.id.endswith("/5"):
+            bad = outs[0].clone()
+            bad[299, 1] = float("nan")
+            return [bad]
+        return outs
+
+    outcome = check.evaluate(check, CheckEvidence(calls=_evidence(plan, nan_at_step_5), bank=plan.bank))
+    assert not outcome.passed and outcome.message.startswith(f"step 5 of {STEPS} (step 5 of the two-layer"), outcome
+    assert "dx 1 elements" in outcome.message and "the loss was" in outcome.message
+
+
+def test_a_gradient_five_percent_too_large_parts_the_trajectory():
+    plan, check = _check()
+
+    def too_large(call, outs):
+        return [outs[0] * 1.05]
+
+    outcome = check.evaluate(check, CheckEvidence(calls=_evidence(plan, too_large), bank=plan.bank))
+    assert not outcome.passed and "with your outputs" in outcome.message and "fp64 reference" in outcome.message
+    step = int(outcome.message.split()[1])
+    assert step < STEPS and outcome.max_err_over_tolerance > 1
+    assert torch.isfinite(torch.tensor(outcome.max_err_over_tolerance))
