@@ -394,11 +394,18 @@ def _phone_pages(server: Any) -> tuple[str, list[str], list[str]]:
                          json={"assignment": "softmax_backward", "submission_ids": [passed]})
     server.api("PUT", f"/api/v1/assignments/layernorm_backward/extensions/{student_id}",
                json={"due_at": "2031-02-01T12:00:00Z", "reason": "a long accommodation " * 4})
+    server.api("POST", "/api/v1/lti/registrations", json={
+        "issuer": "https://canvas.university-of-somewhere-far-away.example.edu", "client_id": "10000000000042",
+        "deployment_ids": ["1:4dde05e8ca1973bcca9bffc13e1548820eee93a3"],
+        "auth_login_url": "https://sso.canvaslms.example.com/api/lti/authorize_redirect",
+        "auth_token_url": "https://sso.canvaslms.example.com/login/oauth2/token",
+        "keyset_url": "https://sso.canvaslms.example.com/api/lti/security/jwks"})
     student_paths = ["/", "/submissions", "/leaderboard", f"/submissions/{failed}", "/checks"]
     staff_paths = ["/", "/submissions", "/leaderboard", f"/submissions/{passed}",
                    "/staff/students", f"/staff/students/{student_id}", "/staff/staff",
                    "/staff/extensions?assignment=layernorm_backward", "/staff/regrades",
-                   f"/staff/regrades/{regrade['id']}", "/staff/audit", "/staff/analytics"]
+                   f"/staff/regrades/{regrade['id']}", "/staff/audit", "/staff/analytics",
+                   "/staff/similarity?assignment=softmax_backward", "/lti"]
     return token, student_paths, staff_paths
 
 
