@@ -121,6 +121,20 @@ def _too_large(scope: dict[str, Any], max_bytes: int, error: type[DomainError]) 
     return error_response(413, error.code, message, _CLOSE, max_bytes=limit)
 
 
+def _guard_answer(scope: dict[str, Any], status: int, code: str, message: str, headers: dict[str, str],
+                  **details: Any) -> Any:
+    """The guard's own answer before any route ran: the API's JSON error for ``/api/`` paths;
+    for a page (any other path) a page of the site with the message and the way back, never
+    raw JSON in the browser (issue 38)."""
+    if not scope.get("path", "").startswith("/api/"):
+        from starlette.requests import Request
+
+        from api.pages.rendering import error_page  # the pages import this module's app
+
+        return error_page(Request(scope), status_code=status, code=code, message=message, headers=headers)
+    return error_response(status, code, message, headers, **details)
+
+
 def _unavailable(code: str, message: str) -> Any:
     return error_response(503, code, message,
                           {"Retry-After": str(DATABASE_RETRY_AFTER_S), **_CLOSE})
@@ -257,13 +271,12 @@ class RequestEdgeMiddleware:
         elif outcome == "timeout":
             logger.info("closed %s: its body did not arrive within %s s (%d bytes received)",
                         what, _seconds(timeout_s), len(body))
-            await error_response(408, RequestTimeout.code,
-                                 f"the request body did not arrive within "
-                                 f"{_seconds(timeout_s)} s", _CLOSE,
-                                 timeout_s=timeout_s)(scope, receive, send)
+            await _guard_answer(scope, 408, RequestTimeout.code,
+                                f"the request body did not arrive within {_seconds(timeout_s)} s",
+                                _CLOSE, timeout_s=timeout_s)(scope, receive, send)
         else:
-            await error_response(503, "shutting_down", "the server is restarting; retry",
-                                 {"Retry-After": "1", **_CLOSE})(scope, receive, send)
+            await _guard_answer(scope, 503, "shutting_down", "the server is restarting; retry in a moment",
+                                {"Retry-After": "1", **_CLOSE})(scope, receive, send)
         return None
 
 

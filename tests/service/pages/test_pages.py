@@ -486,3 +486,23 @@ def test_the_checks_document_is_served_with_an_anchor_for_every_check(client: Te
         for check in get_assignment(name).check_names:
             anchor = check_url(name, check).split("#", 1)[1]
             assert anchor in ids, f"{name}'s check {check} links to #{anchor}, not in /checks"
+
+
+def test_the_guards_own_refusals_are_pages_for_pages_and_json_for_the_api(client: TestClient) -> None:
+    """Issue 38: a slow form body (408) or a restart (503) answered by the guard before any
+    route ran showed the API's raw JSON in the browser; a page gets a page of the site."""
+    from api.guard import _guard_answer
+
+    for path, html in (("/submit", True), ("/api/v1/submissions", False)):
+        scope = {"type": "http", "method": "POST", "path": path, "headers": [], "query_string": b"",
+                 "app": client.app, "root_path": "", "scheme": "http", "server": ("testserver", 80)}
+        response = _guard_answer(scope, 408, "request_timeout", "the request body did not arrive within 30 s",
+                                 {"Connection": "close"}, timeout_s=30)
+        assert response.status_code == 408
+        body = response.body.decode()
+        if html:
+            assert response.headers["content-type"].startswith("text/html"), path
+            assert "the request body did not arrive within 30 s" in body and "<html" in body
+        else:
+            assert response.headers["content-type"].startswith("application/json"), path
+            assert '"request_timeout"' in body
