@@ -19,7 +19,8 @@ source scripts/gpu_setup.sh >"$OUTDIR/sandbox.txt" 2>&1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv >"$OUTDIR/nvidia_smi.csv" 2>&1 || true
 STATUS=0
 grade() {  # grade ASSIGNMENT FILE [--benchmark]
-    local label="$1__$(basename "$2" .py)"
+    local label
+    label="$1__$(basename "$2" .py)"
     timeout 280 "$PYTHON" -m grader check "$2" --assignment "$1" --device cuda --json "$OUTDIR/$label.json" "${@:3}" \
         >"$OUTDIR/$label.txt" 2>&1 || STATUS=1
     tail -2 "$OUTDIR/$label.txt"
