@@ -10,6 +10,7 @@ tensors and all of others. CPU, small tensors; the replay child is imported, not
 from __future__ import annotations
 
 import importlib.util
+import math
 
 import pytest
 import torch
@@ -90,9 +91,42 @@ def _layernorm_fp32(dy, x, w, mean, rstd):
     return dx.to(x.dtype), (dy32 * xhat).sum(0).to(w.dtype), dy32.sum(0).to(w.dtype)
 
 
+def _causal_scores(q, k):
+    """fp32 scaled scores of (B, H, S, D) q and k with the causal mask (-inf above the diagonal)."""
+    scores = (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    length = q.shape[-2]
+    allowed = torch.ones(length, length, dtype=torch.bool).tril()
+    return scores.masked_fill(~allowed, -math.inf)
+
+
+def _attention_fp32(q, k, v, p_in_dtype=False):
+    """Causal softmax(q k^T / sqrt(D)) v in fp32, out rounded once; with `p_in_dtype` P is
+    rounded to the input dtype before P @ V, as FlashAttention does (the spec allows it)."""
+    p = torch.softmax(_causal_scores(q, k), dim=-1)
+    if p_in_dtype:
+        p = p.to(q.dtype).float()
+    return (p @ v.float()).to(q.dtype)
+
+
+def _attention_backward_fp32(q, k, v, out, dout, lse):
+    """The FlashAttention-2 backward in fp32 from the saved lse: P = exp(S - lse), dv = P^T dout,
+    dp = dout v^T, ds = P (dp - rowsum(dout * out)), dq = ds k / sqrt(D), dk = ds^T q / sqrt(D);
+    each output rounded once to the input dtype."""
+    scale = 1 / math.sqrt(q.shape[-1])
+    p = torch.exp(_causal_scores(q, k) - lse.float()[..., None])
+    dout32, v32 = dout.float(), v.float()
+    dv = p.transpose(-1, -2) @ dout32
+    delta = (dout32 * out.float()).sum(-1, keepdim=True)
+    ds = p * (dout32 @ v32.transpose(-1, -2) - delta)
+    dq = (ds @ k.float()) * scale
+    dk = (ds.transpose(-1, -2) @ q.float()) * scale
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
 #: The benchmark-input shape each assignment's bench.make_inputs takes here (small, CPU).
 SHAPES = {"softmax_backward": SHAPE, "softmax_cross_entropy_backward": SHAPE,
-          "gemm_epilogue": (48, 40, 64), "layernorm_backward": (48, 300)}
+          "gemm_epilogue": (48, 40, 64), "layernorm_backward": (48, 300),
+          "attention_forward": (2, 2, 48, 16), "attention_backward": (2, 2, 48, 16)}
 
 ALLOWED = {
     "gemm_epilogue": {
@@ -106,6 +140,13 @@ ALLOWED = {
         "fp32 products, fp32 sum": lambda y, g: _softmax_fp32(y, g),
         "products rounded to the input dtype (aten's CUDA backward)": lambda y, g: _softmax_products_in_dtype(y, g),
         "products in the input dtype, bf16 result truncated": lambda y, g: _softmax_products_in_dtype(y, g, True),
+    },
+    "attention_forward": {
+        "fp32 scores, softmax and P @ V, one rounding of out": lambda q, k, v: _attention_fp32(q, k, v),
+        "P rounded to the input dtype before P @ V (FlashAttention)": lambda q, k, v: _attention_fp32(q, k, v, True),
+    },
+    "attention_backward": {
+        "fp32 from the saved lse (FlashAttention-2), each output rounded once": _attention_backward_fp32,
     },
     "softmax_cross_entropy_backward": {
         "exp(x - max) / sum": lambda x, t, g: _xent(x, t, g, "max_subtracted"),
@@ -139,8 +180,8 @@ def test_outputs_of_every_allowed_arithmetic_pass_the_timed_check(name, dtype):
     assignment, inputs, oracle, verification = _setup(name, dtype)
     assert [o.name for o in verification.outputs] == [o.name for o in assignment.outputs]
     assert verification.outputs[0].tolerance == assignment.tolerance(DTYPES[dtype])
-    every_row = {"M": torch.arange(SHAPES[name][0])}
     expected_all = oracle.benchmark_oracle(tuple(inputs), None)
+    every_row = _every_index(verification, expected_all)
     for what, arithmetic in ALLOWED[name].items():
         made = arithmetic(*inputs)
         outs = list(made) if isinstance(made, tuple) else [made]
@@ -166,16 +207,36 @@ def test_the_slack_is_what_lets_aten_arithmetic_pass_in_bf16():
     assert compare(out, expected, scale, tolerance, slack).passed
 
 
+def _axis_sizes(verification: TimedVerification, oracles: dict) -> dict[str, int]:
+    """Each drawn axis's length, read off the outputs that carry it."""
+    sizes = {}
+    for declared in verification.outputs:
+        for axis, size in zip(declared.axes, oracles[declared.name][0].shape):
+            if axis is not None:
+                sizes[axis] = size
+    return sizes
+
+
+def _every_index(verification: TimedVerification, oracles: dict) -> dict[str, torch.Tensor]:
+    """An index set that selects every element of every drawn axis."""
+    return {axis: torch.arange(size) for axis, size in _axis_sizes(verification, oracles).items()}
+
+
 @pytest.mark.parametrize("name, dtype", TIMED)
 def test_an_output_just_beyond_the_bound_is_flagged(name, dtype):
     assignment, inputs, oracle, verification = _setup(name, dtype)
     oracles = oracle.benchmark_oracle(tuple(inputs), None)
     expected, scale, slack = oracles[assignment.outputs[0].name]
     allowed = verification.outputs[0].tolerance.allowed(expected, scale, slack)
-    rows = {"M": torch.tensor([3, 17])}
+    # Two drawn positions per drawn axis (3 and 17 where the axis is that long); the element
+    # moved sits on the second of each drawn axis and at position 5 of every other axis.
+    sizes = _axis_sizes(verification, oracles)
+    rows = {axis: torch.tensor(sorted({min(3, size - 1), min(17, size - 1)})) for axis, size in sizes.items()}
+    element = tuple(min(17, length - 1) if axis is not None else min(5, length - 1)
+                    for axis, length in zip(verification.outputs[0].axes, expected.shape))
     for factor, flagged in ((0.999, False), (1.001, True)):
         out = expected.clone()  # fp64: no rounding moves the element back inside
-        out[17, 5] += factor * allowed[17, 5]
+        out[element] += factor * allowed[element]
         others = [oracles[declared.name][0] for declared in verification.outputs[1:]]  # exact
         worst, bad, _, _ = replay_child.check_timed_output([out, *others], inputs, inputs, rows, oracle, verification)
         assert (int(bad) == 1) is flagged and (float(worst) > 1) is flagged, (factor, float(worst))
