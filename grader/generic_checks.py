@@ -356,7 +356,8 @@ class PlanBuilder:
                                 f"{decl.what}); {where} = {value:.6g}, outside [{lo:.6g}, {hi:.6g}] (allowed "
                                 f"{float(allowed[index]):.3g} beyond)." + hint_for(evidence, hint, requires),
                         **point_failure(fields, call.label, list(index), value, min(max(value, lo), hi),
-                                        float(allowed[index])))
+                                        float(allowed[index]),
+                                        hint=hinted({}, hint_for(evidence, hint, requires)).get("hint")))
             return CheckOutcome(name=check.name, passed=True, max_err_over_tolerance=worst, cases=len(check.calls),
                                 message=f"{elements} elements: {decl.output} {decl.what} (worst {worst:.2g} of "
                                         f"tolerance beyond)", **fields)
@@ -532,7 +533,8 @@ class PlanBuilder:
                         name=check.name, passed=False, max_err_over_tolerance=math.inf,
                         message=f"step {step} of {problem.steps} ({call.label}): the output is NaN or inf ({where}); "
                                 f"the loss was {first_loss if step == 0 else reference[step - 1]:.6g} before this step "
-                                f"(fp64 reference)." + hint_for(evidence, hint, requires))
+                                f"(fp64 reference)." + hint_for(evidence, hint, requires),
+                        details=hinted({}, hint_for(evidence, hint, requires)))
                 state = problem.step(state, call.extra["case"], got)
                 loss = problem.loss(state)
                 apart = abs(loss - reference[step]) if math.isfinite(loss) else math.inf
@@ -543,7 +545,8 @@ class PlanBuilder:
                         message=f"step {step} of {problem.steps} ({problem.label}): loss {loss:.8g} with your outputs, "
                                 f"{reference[step]:.8g} with the fp64 reference's: apart by {apart:.3g}, more than "
                                 f"{bounds[step]:.3g} ({decl.margin:g}x how far outputs at the edge of their tolerance "
-                                f"take it)." + hint_for(evidence, hint, requires))
+                                f"take it)." + hint_for(evidence, hint, requires),
+                        details=hinted({}, hint_for(evidence, hint, requires)))
             return CheckOutcome(
                 name=check.name, passed=True, max_err_over_tolerance=worst, cases=len(check.calls),
                 message=f"{problem.steps} steps of {problem.label}: loss {first_loss:.6g} -> {reference[-1]:.6g}, "

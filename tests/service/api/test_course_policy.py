@@ -42,11 +42,12 @@ cli = test_extensions.cli
 
 DUE = dt.datetime(2026, 12, 15, 23, 59, tzinfo=dt.UTC)
 XENT = "softmax_cross_entropy_backward"
-#: The cross-entropy assignment's 15 checks (its points.toml, in order).
+#: The cross-entropy assignment's 16 checks (its points.toml, in order).
 XENT_CHECKS = ("example_three_class", "autograd_fp32", "half_precision", "central_difference",
                "row_sum_invariant", "ignore_index", "stability_large_logits", "strided_inputs",
                "output_contract", "rejects_mismatch", "rejects_requires_grad",
-               "rejects_out_of_range_targets", "edge_shapes", "fresh_results", "triton_kernel")
+               "rejects_out_of_range_targets", "edge_shapes", "fresh_results", "training_step",
+               "triton_kernel")
 
 
 def _partial(passing: int, *, not_run: int = 0):  # noqa: ANN202 - a GradingOutcome
@@ -132,7 +133,7 @@ def _expect(seen: dict[str, str], text: str) -> None:
 def test_partial_credit_per_check_with_default_and_staff_points(client, db_session, cli,
                                                                 tmp_path) -> None:
     _, ada = create_student(client, "ada")
-    # 6 of 15 checks pass, 5 fail, 4 never ran (the run ended early).
+    # 6 of 16 checks pass, 6 fail, 4 never ran (the run ended early).
     submission = _upload_graded(client, db_session, ada, _partial(6, not_run=4),
                                 function=XENT, assignment=XENT)
     page = _signed_in(client, ada)
@@ -149,13 +150,13 @@ def test_partial_credit_per_check_with_default_and_staff_points(client, db_sessi
     html = page.get(f"/submissions/{submission}").text
     assert "triton_kernel: 0 of 12 (did not run: earns nothing)" in html
 
-    # Staff's points: 2 per check, autograd_fp32 5; correctness becomes their sum (33).
+    # Staff's points: 2 per check, autograd_fp32 5; correctness becomes their sum (35).
     staff_points = {name: 2.0 for name in XENT_CHECKS} | {"autograd_fp32": 5.0}
     shown = cli(course_cli.main, ["set", XENT, "--check-points",
                                   ",".join(f"{k}:{v:g}" for k, v in staff_points.items())],
                 INSTRUCTOR_TOKEN)
-    assert "max 33" in shown and "check points (staff's)" in shown
-    _expect(_everywhere(client, cli, page, tmp_path, **kwargs), "15 of 33")
+    assert "max 35" in shown and "check points (staff's)" in shown
+    _expect(_everywhere(client, cli, page, tmp_path, **kwargs), "15 of 35")
     # Back to the folder's points from the settings page's empty field ... via the API.
     configure(client, XENT, check_points=None, correctness_points=100)
     _expect(_everywhere(client, cli, page, tmp_path, **kwargs), "45 of 100")
@@ -267,16 +268,16 @@ def test_a_regrade_that_changes_which_checks_pass(client, db_session, cli, tmp_p
     _expect(_everywhere(client, cli, page, tmp_path, **kwargs), "45 of 100")
     batch = client.post("/api/v1/regrades", json={"assignment": XENT},
                         headers=bearer(ta)).json()
-    grade_next(db_session, _partial(9))  # + stability 8, strided 8, output_contract 5
+    grade_next(db_session, _partial(9))  # + stability 8, strided 6, output_contract 5
     preview = client.get(f"/api/v1/regrades/{batch['id']}", headers=bearer(ta)).json()
     [row] = preview["rows"]
     assert (row["before"]["score"]["total"], row["after"]["score"]["total"],
-            row["score_delta"]) == (45, 66, 21)
+            row["score_delta"]) == (45, 64, 19)
     shown = cli(course_cli.main, ["regrade-show", str(batch["id"])], INSTRUCTOR_TOKEN)
-    assert "+21" in shown
+    assert "+19" in shown
     _expect(_everywhere(client, cli, page, tmp_path, **kwargs), "45 of 100")  # not applied yet
     client.post(f"/api/v1/regrades/{batch['id']}/apply", headers=bearer(ta))
-    _expect(_everywhere(client, cli, page, tmp_path, **kwargs), "66 of 100")
+    _expect(_everywhere(client, cli, page, tmp_path, **kwargs), "64 of 100")
 
 
 def test_best_or_latest_submission_counts(client, db_session) -> None:
@@ -289,7 +290,7 @@ def test_best_or_latest_submission_counts(client, db_session) -> None:
                            headers=instructor_headers()).json()["rows"]
         return row["graded_submission_id"], row["score"]["total"]
 
-    assert graded() == (latest - 1, 66)
+    assert graded() == (latest - 1, 64)
     configure(client, XENT, counting="latest")
     assert graded() == (latest, 45)
 
@@ -326,13 +327,13 @@ def test_the_settings_page_sets_the_curve_the_counting_and_the_check_points(clie
     api = client.get(f"/api/v1/assignments/{XENT}", headers=instructor_headers()).json()
     assert api["late_policy"] == "penalty" and api["late_curve"] == {
         "percent": 10.0, "unit": "day", "cap": 3.0, "after_cap": "refuse"}
-    assert api["points"]["counting"] == "latest" and api["points"]["max_points"] == 17
+    assert api["points"]["counting"] == "latest" and api["points"]["max_points"] == 18
     assert api["points"]["check_points_overridden"] is True
-    # The form as the page now fills it (correctness 17, their sum) changes nothing; the
+    # The form as the page now fills it (correctness 18, their sum) changes nothing; the
     # empty field returns to the folder's points.
-    assert 'name="correctness_points" type="number" min="0" step="any" value="17"' in page.get(
+    assert 'name="correctness_points" type="number" min="0" step="any" value="18"' in page.get(
         f"/staff/assignments/{XENT}").text
-    again = page.post(f"/staff/assignments/{XENT}", data={**form, "correctness_points": "17"},
+    again = page.post(f"/staff/assignments/{XENT}", data={**form, "correctness_points": "18"},
                       follow_redirects=False)
     assert again.headers["location"].endswith("done=unchanged")
     page.post(f"/staff/assignments/{XENT}",
