@@ -21,7 +21,7 @@ from pathlib import Path
 from safetensors.torch import save_file
 
 from grader.assignments import Assignment
-from grader.child_files import create_marker
+from grader.child_files import REPORT, ChildFileRejected, ChildFolder, create_marker
 from grader.evidence import (
     InfrastructureError,
     call_level_error,
@@ -416,19 +416,20 @@ class FailFastWatch:
         from grader.harness.protocol import StepReport
 
         count = 0
+        folder = ChildFolder(self.workdir)  # the child's files: no links, no FIFOs, read to a cap
         for index in range(len(self.steps)):
-            path = self.workdir / f"step_{index}.json"
             try:
-                if path.is_symlink() or not path.is_file():
+                raw = folder.read(f"step_{index}.json", REPORT)
+                if raw is None:
                     break
-                StepReport.model_validate_json(path.read_bytes()[: 1 << 20])
-            except (OSError, ValueError):
-                break
+                StepReport.model_validate_json(raw)
+            except (OSError, ValueError, ChildFileRejected):
+                break  # the reading after the run refuses it, as the submission's error
             count += 1
         return count
 
     def _failure_in(self, start: int, stop: int) -> str | None:
-        calls, _ = read_evidence(self.steps[:stop], self.workdir)
+        calls, _ = read_evidence(self.steps[:stop], self.workdir, self.plan.bank)
         evidence = CheckEvidence(calls=calls, bank=self.plan.bank, earlier=self._earlier)
         for check in self.steps[:stop]:
             if check.name in self._earlier or check.skip_reason is not None or not check.calls:
