@@ -9,7 +9,7 @@ and a ``diagnose`` function that names a known wrong formula when the output mat
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 
@@ -343,9 +343,18 @@ def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(torch.equal(a.view(int_type), b.view(int_type)))
 
 
-def evaluate_output_contract(check: PlannedCheck, evidence: CheckEvidence, *, hint: str, device: str) -> CheckOutcome:
+def evaluate_output_contract(check: PlannedCheck, evidence: CheckEvidence, *, hint: str, device: str,
+                             labels: Mapping[str, str] | None = None) -> CheckOutcome:
     """The output is a fresh contiguous tensor of the expected shape, dtype and device, sharing
-    no memory with the inputs, and every input base (guards included) is bitwise unchanged."""
+    no memory with the inputs, and every input base (guards included) is bitwise unchanged.
+
+    The inputs after the call come from two observers: the check child (the bases it saved,
+    ``bases_after``; under the CPU interpreter the only one) and, on a GPU, the trusted replay
+    process, which replayed the recorded launches of this check's calls on the same bases, and
+    of every other recorded call on its replay inputs, and compared them bitwise
+    (``replay_inputs_modified``). A change either saw fails the check: a submission that
+    restores an input in its own process after a stray store deceives the first, never the
+    second. ``labels``: call id -> its label, for the plan's other calls (messages name them)."""
     problems: list[str] = []
     kinds: set[str] = set()  # what was wrong: shape, dtype, device, contiguous, input (aliased or modified)
     for call in check.calls:
@@ -388,13 +397,25 @@ def evaluate_output_contract(check: PlannedCheck, evidence: CheckEvidence, *, hi
                 problems.append(f"{call.label}: an input (or the memory around it) was modified by the call")
                 kinds.add("input")
                 break
+    observed = 0
+    labels = {**(labels or {}), **{call.id: call.label for call in check.calls}}
+    for call_id, got in evidence.calls.items():
+        if got.replay_inputs_modified is None:
+            continue
+        observed += 1
+        if got.replay_inputs_modified and len(problems) < 3:
+            problems.append(f"{labels.get(call_id, call_id)}: an input (or the memory around it) was modified by the "
+                            f"call's Triton launches ({', '.join(got.replay_inputs_modified[:3])}), seen when the "
+                            "trusted replay ran them on the grader's own buffers")
+            kinds.add("input")
     if problems:
         contract_hint = _contract_hint(kinds, hint)
         return CheckOutcome(name=check.name, passed=False, details={"hint": contract_hint},
                             message="; ".join(problems[:3]) + f". Hint: {contract_hint}")
+    seen = f" (the trusted replay saw {observed} calls' launches leave their inputs as they were)" if observed else ""
     return CheckOutcome(name=check.name, passed=True,
                         message=f"{len(check.calls)} calls: fresh contiguous output of the right shape, dtype and "
-                                "device; inputs untouched")
+                                f"device; inputs untouched{seen}")
 
 
 #: The hint of an output_contract failure of one kind only: what the evidence singles out.

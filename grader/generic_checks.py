@@ -145,10 +145,12 @@ class PlanBuilder:
             call.slack.append(slack)
 
     def value_call(self, call_id: str, spec: CaseSpec, *, case: Case | None = None, reference=None,
-                   record: bool = True) -> PlannedCall:
+                   record: bool = True, replay_same_inputs: bool = False) -> PlannedCall:
         """A call on ``spec``'s inputs with the oracle of the values as placed (or ``reference``'s
-        expected values, scale and slack still the oracle's); its launches are recorded and
-        replayed on new values of the same layouts."""
+        expected values, scale and slack still the oracle's); when ``record``, its launches are
+        recorded and replayed on new values of the same layouts, or, with
+        ``replay_same_inputs``, on the very bases the call got (the contract's calls on a GPU:
+        the trusted replay then observes those inputs after the launches)."""
         case = case or self.case(spec)
         args, kwargs, placed = self.place(case, spec)
         per_output = self.oracle(placed)
@@ -163,7 +165,10 @@ class PlanBuilder:
                            outputs=outputs if len(outputs) > 1 else [], record_launches=record)
         self._pack(call, per_output)
         call.extra["case"], call.extra["placed"], call.extra["spec"] = case, placed, spec
-        if record:
+        if record and replay_same_inputs:
+            call.replay_args, call.replay_kwargs = list(args), dict(kwargs)
+            self._pack(call, per_output, replay=True)
+        elif record:
             replay = (self.declared.replay_case or (lambda generator, old: self.case(spec)))(self.plan.generator, case)
             call.replay_args = [self.plan.bank.relayout(view, replay.values[item.name])
                                 for view, item in zip(args, self.tensor_inputs)]
@@ -366,18 +371,23 @@ class PlanBuilder:
 
     def _OutputContract(self, decl: OutputContract) -> PlannedCheck:
         calls = []
+        on_gpu = self.plan.device.startswith("cuda")
         for spec in contract_cases(self.declared.inputs, decl.cases):
-            # Not recorded for triton_kernel: the contract does not judge values, so a kernel
-            # whose arithmetic is near the tolerance could be right here by luck and wrong on
-            # the replay inputs, which would blame its launches for its arithmetic; the value
-            # checks' calls cover the replay.
-            call = self.value_call(f"{decl.name}/{spec.key or len(calls)}", spec, record=False)
+            # On a GPU the launches are recorded and replayed by the trusted process on the very
+            # bases the call got (guards included), which reports the inputs they changed: the
+            # child's own "inputs after" could be a copy it restored. Replayed on the same values,
+            # not new ones: the contract does not judge values, and a kernel whose arithmetic is
+            # near the tolerance must not be blamed in triton_kernel for new values here. Under
+            # the CPU interpreter the child would replay its own recording: nothing gained.
+            call = self.value_call(f"{decl.name}/{spec.key or len(calls)}", spec, record=on_gpu,
+                                   replay_same_inputs=True)
             call.save_inputs_after = True
             calls.append(call)
         hint, device = self.hint(decl.name), self.plan.device
 
         def evaluate(check: PlannedCheck, evidence: CheckEvidence) -> CheckOutcome:
-            return evaluate_output_contract(check, evidence, hint=hint, device=device)
+            labels = {call_id: call.label for call_id, call in self.plan.calls().items()}
+            return evaluate_output_contract(check, evidence, hint=hint, device=device, labels=labels)
 
         return PlannedCheck(decl.name, calls, evaluate)
 

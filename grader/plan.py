@@ -344,6 +344,10 @@ class CallEvidence:
         replay_out: the output of the call's recorded launches replayed on its replay inputs
             (by the child under the interpreter, by the trusted replay process on a GPU).
         replay_error: why there is no replay output although the call was recorded.
+        replay_inputs_modified: on a GPU, the input buffers (``arg<i>``/``kwarg_<name>``, whole
+            bases with their guards) that the trusted replay process saw the recorded launches
+            change; None when no trusted replay of the call ran (the CPU interpreter, a call
+            not recorded, a replay that raised).
         more_outs / more_replay_outs: a tuple-returning call's further outputs (output 1, 2,
             ...), as read back and as replayed; ``outs()`` and ``replay_outs()`` give them all.
     """
@@ -353,6 +357,7 @@ class CallEvidence:
     bases_after: dict[str, torch.Tensor] = field(default_factory=dict)
     replay_out: torch.Tensor | None = None
     replay_error: str | None = None
+    replay_inputs_modified: list[str] | None = None
     more_outs: list[torch.Tensor | None] = field(default_factory=list)
     more_replay_outs: list[torch.Tensor | None] = field(default_factory=list)
 

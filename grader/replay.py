@@ -277,13 +277,15 @@ def calls_to_replay(plan: Plan, evidence_calls: dict[str, CallEvidence]) -> list
     for evidence in evidence_calls.values():
         evidence.replay_out = None
         evidence.more_replay_outs = []
+        evidence.replay_inputs_modified = None
     return [call_id for call_id, call in plan.calls().items()
             if call.record_launches and (evidence := evidence_calls.get(call_id)) is not None
             and evidence.report is not None and evidence.report.status == "ok"]
 
 
 def inject(evidence_calls: dict[str, CallEvidence], replay: ReplayOutcome, recorded: list[str]) -> None:
-    """Put the replayed outputs (or why there is none) into the evidence of each recorded call."""
+    """Put the replayed outputs (or why there is none), and the inputs the replayed launches
+    changed, into the evidence of each recorded call."""
     for call_id in recorded:
         evidence = evidence_calls.get(call_id)
         if evidence is None:
@@ -291,6 +293,8 @@ def inject(evidence_calls: dict[str, CallEvidence], replay: ReplayOutcome, recor
         evidence.replay_out = replay.check_outputs.get(call_id)
         more = len(evidence.report.more_outputs) if evidence.report is not None else 0
         evidence.more_replay_outs = [replay.check_outputs.get(f"{call_id}:out{k}") for k in range(1, 1 + more)]
+        status = replay.check_status.get(call_id)
+        evidence.replay_inputs_modified = list(status.inputs_modified) if status and status.status == "ok" else None
         if evidence.replay_out is None:
             status = replay.check_status.get(call_id)
             evidence.replay_error = (status.message if status else "") or replay.error or \

@@ -746,10 +746,21 @@ class ReplayPlan(_Model):
 
 
 class ReplayCallStatus(_Model):
-    """What became of one replayed check call in the replay timer."""
+    """What became of one replayed check call in the trusted replay process.
+
+    Attributes:
+        status: ``ok`` (its launches ran), ``error`` (they raised; ``message`` says why) or
+            ``skipped`` (an earlier call poisoned the GPU context).
+        message: why, for ``error`` and ``skipped``.
+        inputs_modified: the input buffers (``arg<i>``/``kwarg_<name>``: the whole base the
+            argument views, guards included) whose bytes differ after the launches from the
+            bytes the parent sent; empty when the launches left every input as it was. The
+            trusted side's own observation of "inputs untouched" on a GPU (``output_contract``).
+    """
 
     status: Literal["ok", "error", "skipped"]
     message: Message = ""
+    inputs_modified: list[Name] = Field(default_factory=list, max_length=64)
 
 
 class TimedVerdict(_Model):

@@ -15,7 +15,9 @@ validated recording) and ``benchmark_plan.json`` (``protocol.BenchmarkPlan``):
    wrote (``replay_inputs.safetensors``, keys ``<call id>|<buffer>``), with fresh output and
    scratch buffers (NaN bytes, or the value the wrapper filled them with). The output views go
    to ``replay_outputs.safetensors`` (key: call id; ``<call id>:out<k>`` for output k >= 1 of a
-   tuple); the parent compares them with the oracle.
+   tuple); the parent compares them with the oracle. Each call's status also names the input
+   buffers (whole bases, guards included) whose bytes the launches changed: on a GPU this is the
+   trusted observation of ``output_contract``'s "inputs untouched".
 2. ``benchmark`` (only when the parent asks): each row's recorded call is timed (timing.py's
    event and graph methods, L2 flush before every call) on K buffer sets made by bench.py's
    ``make_inputs``. Every set holds values drawn by bench.py's ``refill_inputs`` from a seed
@@ -185,7 +187,7 @@ def replay_checks(plan: protocol.ReplayPlan, kernels: Kernels, workdir: str, res
             for k, out in enumerate(output_views(call.model_dump(), buffers)):
                 if out is not None:
                     outputs[call.call_id if k == 0 else f"{call.call_id}:out{k}"] = out.contiguous().cpu()
-            status[call.call_id] = protocol.ReplayCallStatus(status="ok")
+            status[call.call_id] = protocol.ReplayCallStatus(status="ok", inputs_modified=modified_inputs(given, buffers))
         except Exception as exc:  # noqa: BLE001 - a failing replay is a finding about the submission
             text = f"{type(exc).__name__}: {str(exc)[:500]}"
             status[call.call_id] = protocol.ReplayCallStatus(status="error", message=text)
@@ -195,6 +197,21 @@ def replay_checks(plan: protocol.ReplayPlan, kernels: Kernels, workdir: str, res
         save_file(outputs, os.path.join(workdir, "replay_outputs.safetensors"))
     result.check_calls = status
     return alive
+
+
+def modified_inputs(given: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor]) -> list[str]:
+    """The input buffers whose bytes changed in a replayed call: ``given`` holds the bytes the
+    parent sent (CPU uint8, the whole base of each argument, guards included), ``buffers`` the
+    GPU copies the launches ran on. Compared bitwise on the GPU: a store one element past a
+    view lands in its base's guard and shows here, whatever the submission's Python did in its
+    own process afterwards."""
+    changed = []
+    for name, sent in sorted(given.items()):
+        replayed = buffers.get(name)
+        if replayed is not None and name.startswith(("arg", "kwarg_")) and \
+                not torch.equal(replayed, sent.to(replayed.device, non_blocking=False)):
+            changed.append(name)
+    return changed
 
 
 def _context_alive() -> bool:
