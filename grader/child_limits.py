@@ -16,6 +16,11 @@ from pathlib import Path
 
 from grader.progress import PLAN_RECEIVED, ProgressLines
 
+#: Seconds allowed to the trusted replay process for its start-up (Python, torch, the CUDA
+#: context) and to each of its waits' slack, on top of its phases' limits (grader/runner.py;
+#: the hostile hold bound of grader/parent_limits.py counts it too).
+REPLAY_STARTUP_S = 60.0
+
 
 class WallClock:
     """The child's time limit: ``limit_s`` of wall time, not counting time spent compiling

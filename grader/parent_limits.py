@@ -24,6 +24,7 @@ import signal
 import threading
 from collections.abc import Iterator
 
+from grader.child_limits import REPLAY_STARTUP_S
 from grader.contract import ErrorKind, GradingError
 from grader.settings import GraderSettings
 
@@ -68,8 +69,6 @@ def hostile_hold_bound_s(settings: GraderSettings, *, device: str, benchmark_tim
     clock (``parent_timeout_s``) caps the sum; a grader it ends after the submission's code ran
     is the submission's charged error (submissions/grading.py), so the hold is not repeated.
     """
-    from grader.runner import REPLAY_STARTUP_S
-
     child = settings.child_timeout_s + settings.compile_budget_s
     if device == "cpu":
         children = child

@@ -22,6 +22,7 @@ import torch
 from grader.assignments import Assignment, get_assignment
 from grader.bwrap import sandbox_label
 from grader.child_files import ChildFileRejected
+from grader.child_limits import REPLAY_STARTUP_S
 from grader.children import (
     FailFastWatch,
     IsolatedChild,
@@ -108,9 +109,6 @@ def _rejected_document(document: ResultDocument, exc: SourceRejected) -> ResultD
         "verdict": Verdict.ERROR,
         "error": GradingError(kind=kind, message=problem.message, line=line, column=column, details=details),
     })
-
-#: to each wait's slack, on top of its phases' limits.
-REPLAY_STARTUP_S = 60.0
 
 
 @dataclass
