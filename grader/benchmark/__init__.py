@@ -28,7 +28,6 @@ from grader.assignments import Assignment
 from grader.benchmark.children import cached_peers
 from grader.benchmark.options import BenchmarkOptions, benchmark_rows
 from grader.benchmark.score import assemble
-from grader.bwrap import sandbox_label
 from grader.harness.protocol import (
     BenchmarkPlan,
     Recording,
@@ -37,6 +36,7 @@ from grader.harness.protocol import (
     TimedVerification,
     TimingOptions,
 )
+from grader.sandbox.bwrap import sandbox_label
 
 __all__ = ["BenchmarkOptions", "NoGPU", "finish", "plan_rows", "replay_phase", "timed_verification"]
 
@@ -103,7 +103,7 @@ def finish(assignment: Assignment, *, rows: list[dict], replay, unreplayable: di
     """The ``benchmark`` object from the replay's timings and the (cached) peers.
 
     Args:
-        replay: the ReplayOutcome of the process that timed the rows (grader/replay.py), or None
+        replay: the ReplayOutcome of the process that timed the rows (grader/evidence/replay.py), or None
             when nothing could be replayed.
         unreplayable: row id -> why it was not timed.
         peers: a peers result to reuse (default: cached per GPU and software, else timed now).

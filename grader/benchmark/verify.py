@@ -15,7 +15,7 @@ from pathlib import Path
 from types import ModuleType
 
 from grader.assignments.protocol import Assignment
-from grader.checks import compare
+from grader.checks.tolerance import compare
 from grader.harness.bench_child import stage_seed
 
 
@@ -35,9 +35,9 @@ def load_outputs(workdir: Path, entry: dict) -> dict:
     """The output tensors a child saved for one row (empty when missing or corrupt).
 
     Raises:
-        ChildFileRejected: the file is a link, a FIFO, a device, ... (grader/child_files.py).
+        ChildFileRejected: the file is a link, a FIFO, a device, ... (grader/evidence/child_files.py).
     """
-    from grader.child_files import ChildFolder
+    from grader.evidence.child_files import ChildFolder
 
     name = entry.get("outputs_file")
     if not isinstance(name, str) or "/" in name or name in ("", ".", ".."):

@@ -13,8 +13,11 @@ from grading_support import REFERENCE, strict_json
 
 from grader import cli, runner
 from grader.assignments.softmax_backward.inputs import UPSTREAM_MEANS, make_upstream
-from grader.checks import Tolerance, compare
-from grader.contract import (
+from grader.checks.evaluate import COVERAGE_MIN_RATIO, diagnose_coverage, hint_for
+from grader.checks.plan import CheckEvidence, InputBank
+from grader.checks.tolerance import Tolerance, compare
+from grader.checks.verdicts import decide_verdict
+from grader.report.document import (
     BenchmarkResult,
     CheckOutcome,
     ErrorKind,
@@ -23,11 +26,8 @@ from grader.contract import (
     ResultDocument,
     Verdict,
 )
-from grader.evaluate import COVERAGE_MIN_RATIO, diagnose_coverage, hint_for
-from grader.plan import CheckEvidence, InputBank
-from grader.report import error_vs_tolerance
+from grader.report.render import error_vs_tolerance
 from grader.runner import grade_source
-from grader.verdicts import decide_verdict
 
 TIMEOUT = GradingError(kind=ErrorKind.TIMEOUT, message="did not finish within 20 s")
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
-from grader.speed import RowSpeed, furthest_from_floor, row_speeds, speed_line
+from grader.report.speed import RowSpeed, furthest_from_floor, row_speeds, speed_line
 
 #: Version of the result document's shape. 2: typed contract (checks carry ``details``;
 #: ``log.omitted_bytes``; ``notes``).
@@ -302,7 +302,7 @@ class Placement(_Document):
 
 class CompileCost(BaseModel):
     """One Triton compilation of the check child (GPU; the CPU interpreter compiles nothing),
-    as the parent saw it on the child's progress pipe (grader/progress.py
+    as the parent saw it on the child's progress pipe (grader/evidence/progress.py
     ProgressLines.compile_report).
 
     Attributes:
@@ -355,9 +355,9 @@ class ReportSummary(_Document):
             error's message.
         hint: what to look at (the check's hint or diagnosis), or None.
         furthest_from_floor: for a passed grading with a benchmark (GPU), the rows furthest
-            from their floor, furthest first (grader/speed.py: achieved GB/s, TFLOP/s and
+            from their floor, furthest first (grader/report/speed.py: achieved GB/s, TFLOP/s and
             fraction of the floor under CUDA-graph timing); empty otherwise.
-        speed: the same in one sentence (grader.speed.speed_line), or None.
+        speed: the same in one sentence (grader.report.speed.speed_line), or None.
     """
 
     verdict: Verdict
@@ -383,9 +383,9 @@ HINT_MARK = " Hint: "
 def summarize(document: ResultDocument) -> ReportSummary:
     """The summary of `document` (ReportSummary): one derivation for every place a report
     is shown. Reads the first failed check's ``details["failure"]`` and ``details["hint"]``
-    (grader/evaluate.py writes them); a check without a structured hint has none (its message
+    (grader/checks/evaluate.py writes them); a check without a structured hint has none (its message
     is never split for one: it may hold the submission's own text). A passed grading with a
-    benchmark names the rows furthest from their floor (grader.speed.furthest_from_floor)."""
+    benchmark names the rows furthest from their floor (grader.report.speed.furthest_from_floor)."""
     checks = document.checks
     passed = sum(1 for c in checks if c.passed)
     not_run = sum(1 for c in checks if c.skipped)
@@ -462,7 +462,7 @@ class ResultDocument(_Document):
     duration_s: float = 0.0
     timings_s: dict[str, float] = Field(default_factory=dict)
     limits: dict[str, Any] | None = None
-    #: The host, host cores and GPU that graded (grader/placement.py).
+    #: The host, host cores and GPU that graded (grader/sandbox/placement.py).
     placement: Placement | None = None
     log: CapturedLog = Field(default_factory=CapturedLog)
     #: Things the student should know about how the run went that are not check verdicts
