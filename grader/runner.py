@@ -31,16 +31,8 @@ from grader.evidence.reader import (
     compile_report,
     read_evidence,
 )
-from grader.report.document import (
-    SCHEMA_VERSION,
-    BenchmarkResult,
-    CapturedLog,
-    CompileCost,
-    ErrorKind,
-    GradingError,
-    ResultDocument,
-    Verdict,
-)
+from grader.report.benchmark_result import BenchmarkResult
+from grader.report.document import SCHEMA_VERSION, CapturedLog, CompileCost, ErrorKind, GradingError, ResultDocument, Verdict
 from grader.sandbox.bwrap import sandbox_label
 from grader.sandbox.child_limits import REPLAY_STARTUP_S
 from grader.sandbox.children import (

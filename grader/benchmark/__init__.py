@@ -28,12 +28,11 @@ from grader.assignments import Assignment
 from grader.benchmark.children import cached_peers
 from grader.benchmark.options import BenchmarkOptions, benchmark_rows
 from grader.benchmark.score import assemble
+from grader.benchmark.verify import timed_verification
 from grader.harness.protocol import (
     BenchmarkPlan,
     Recording,
-    TimedOutput,
     TimedRow,
-    TimedVerification,
     TimingOptions,
 )
 from grader.sandbox.bwrap import sandbox_label
@@ -60,20 +59,6 @@ def plan_rows(assignment: Assignment, options: BenchmarkOptions) -> list[dict]:
     for row in rows:
         row["warmup_seed"] = row["seed"] * 1000 + 999
     return rows
-
-
-def timed_verification(assignment: Assignment, dtype: str) -> TimedVerification:
-    """How the replay timer verifies a timed call of ``dtype``: the assignment's selection
-    (which elements of each output and input) with each output's own tolerance from its table,
-    the same ``Tolerance`` its checks apply (slack included)."""
-    import torch
-
-    selection = assignment.benchmark.selection
-    outputs = [TimedOutput(name=out.name, axes=list(selection.outputs[out.name]),
-                           tolerance=assignment.tolerance(getattr(torch, dtype), out.name))
-               for out in assignment.outputs]
-    return TimedVerification(draws=dict(selection.draws), outputs=outputs,
-                             input_axes=[None if axes is None else list(axes) for axes in selection.inputs])
 
 
 def replay_phase(assignment: Assignment, rows: list[dict], recording: Recording | None, options: BenchmarkOptions

@@ -41,7 +41,7 @@ def _stage(assignment: Assignment, settings) -> Path:
 
 def write_plan(workdir: Path, *, rows: list[dict], options: BenchmarkOptions, assignment: Assignment,
                 reference_file: str | None) -> None:
-    from grader.benchmark import timed_verification
+    from grader.benchmark.verify import timed_verification
 
     plan = PeersPlan(rows=[PeerRowPlan(**{k: row[k] for k in ("id", "shape", "dtype", "seed")}) for row in rows],
                      options=TimingOptions(**options.child_options(),

@@ -17,6 +17,7 @@ from types import ModuleType
 from grader.assignments.protocol import Assignment
 from grader.checks.tolerance import compare
 from grader.harness.bench_child import stage_seed
+from grader.harness.protocol import TimedOutput, TimedVerification
 
 
 def load_bench_module(path: Path) -> ModuleType:
@@ -130,3 +131,17 @@ def verify_rows(assignment: Assignment, document: dict, workdir: Path, rows: lis
         cache.clear()
         if device == "cuda":
             torch.cuda.empty_cache()
+
+
+def timed_verification(assignment: Assignment, dtype: str) -> TimedVerification:
+    """How the replay timer verifies a timed call of ``dtype``: the assignment's selection
+    (which elements of each output and input) with each output's own tolerance from its table,
+    the same ``Tolerance`` its checks apply (slack included)."""
+    import torch
+
+    selection = assignment.benchmark.selection
+    outputs = [TimedOutput(name=out.name, axes=list(selection.outputs[out.name]),
+                           tolerance=assignment.tolerance(getattr(torch, dtype), out.name))
+               for out in assignment.outputs]
+    return TimedVerification(draws=dict(selection.draws), outputs=outputs,
+                             input_axes=[None if axes is None else list(axes) for axes in selection.inputs])

@@ -12,7 +12,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from grader.report.document import BenchmarkResult, CheckOutcome, ReportSummary, ResultDocument, summarize
+from grader.report.benchmark_result import BenchmarkResult
+from grader.report.document import CheckOutcome, ReportSummary, ResultDocument, summarize
 from grader.report.speed import format_ceiling, format_fraction, format_rate, row_speeds
 
 #: Where the checks and their tolerances are explained (the service serves it at /checks).

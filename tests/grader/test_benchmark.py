@@ -268,7 +268,7 @@ def _assemble(rows, options, peers, student, **extra):
 def test_a_result_without_a_floor_is_a_valid_document_and_says_why():
     """No copy bandwidth measured: the rows' fractions are null, the headline says why, and
     the object still validates as the result document's typed BenchmarkResult."""
-    from grader.report.document import BenchmarkResult
+    from grader.report.benchmark_result import BenchmarkResult
 
     rows, options, peers, student = _docs()
     peers = {k: v for k, v in peers.items() if k != "copy_bandwidth"}

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from grader.report.document import BenchmarkRow, ResultDocument, Verdict, summarize
+from grader.report.benchmark_result import BenchmarkRow
+from grader.report.document import ResultDocument, Verdict, summarize
 from grader.report.render import render_result
 from grader.report.speed import furthest_from_floor, row_speed, row_speeds, speed_line
 

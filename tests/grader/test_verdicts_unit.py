@@ -17,15 +17,8 @@ from grader.checks.evaluate import COVERAGE_MIN_RATIO, diagnose_coverage, hint_f
 from grader.checks.plan import CheckEvidence, InputBank
 from grader.checks.tolerance import Tolerance, compare
 from grader.checks.verdicts import decide_verdict
-from grader.report.document import (
-    BenchmarkResult,
-    CheckOutcome,
-    ErrorKind,
-    GradingError,
-    Headline,
-    ResultDocument,
-    Verdict,
-)
+from grader.report.benchmark_result import BenchmarkResult, Headline
+from grader.report.document import CheckOutcome, ErrorKind, GradingError, ResultDocument, Verdict
 from grader.report.render import error_vs_tolerance
 from grader.runner import grade_source
 

@@ -131,7 +131,7 @@ def checks(device: str) -> tuple:
     (inputs.drawn)."""
     import torch
 
-    from grader.assignments.softmax_cross_entropy_backward import inputs
+    import grader.assignments.softmax_cross_entropy_backward.inputs as inputs
     from grader.assignments.softmax_cross_entropy_backward.oracle import autograd_xent_grad_fp64, loss_fp64
 
     rows = 4 if device == "cpu" else 64
