@@ -199,13 +199,13 @@ def _grade_one(args: argparse.Namespace, console, settings, prestarted) -> int:
 
 
 def _prestart_check_child(device: str, settings):
-    """``--job-on-stdin``: start the next grading's check child now (grader/sandbox/children.py
+    """``--job-on-stdin``: start the next grading's check child now (grader/children/check_children.py
     ``PrestartedChild``), unless ``settings.prestart_check_child`` is off; None when it cannot
     start (the grading then starts its child itself)."""
     if not settings.prestart_check_child:
         return None
+    from grader.children.check_children import PrestartedChild
     from grader.runner import resolve_device
-    from grader.sandbox.children import PrestartedChild
 
     try:
         return PrestartedChild(device=resolve_device(device), settings=settings)
@@ -226,7 +226,7 @@ def _wait_for_job(device: str):
             infrastructure error).
     """
     import grader.benchmark  # noqa: F401 - loaded ahead: every timed grading imports them
-    import grader.evidence.replay  # noqa: F401
+    import grader.children.replay_process  # noqa: F401
     from grader.assignments import get_assignment
     from grader.runner import resolve_device
 

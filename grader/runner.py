@@ -20,8 +20,21 @@ from pathlib import Path
 import torch
 
 from grader.assignments import Assignment, get_assignment
+from grader.checks.interpreter_limits import cpu_cannot_judge_notes
 from grader.checks.plan import AssignmentError, CheckEvidence, Plan
 from grader.checks.verdicts import RUN_ENDING_ERRORS, decide_verdict, evaluate_checks
+from grader.children.check_children import (
+    FailFastWatch,
+    IsolatedChild,
+    PrestartedChild,
+    child_notes,
+    child_phases,
+    first_input_of,
+    limits_with_compilation,
+    precompile_faulted,
+    run_child,
+    run_isolated,
+)
 from grader.evidence.child_files import ChildFileRejected
 from grader.evidence.reader import (
     InfrastructureError,
@@ -35,19 +48,6 @@ from grader.report.benchmark_result import BenchmarkResult
 from grader.report.document import SCHEMA_VERSION, CapturedLog, CompileCost, ErrorKind, GradingError, ResultDocument, Verdict
 from grader.sandbox.bwrap import sandbox_label
 from grader.sandbox.child_limits import REPLAY_STARTUP_S
-from grader.sandbox.children import (
-    FailFastWatch,
-    IsolatedChild,
-    PrestartedChild,
-    child_notes,
-    child_phases,
-    first_input_of,
-    limits_with_compilation,
-    precompile_faulted,
-    run_child,
-    run_isolated,
-)
-from grader.sandbox.interpreter_limits import cpu_cannot_judge_notes
 from grader.sandbox.parent_limits import ParentBudgetSpent, charged_cpu_budget, unreadable_output_error
 from grader.sandbox.placement import finish_placement, start_placement
 from grader.sandbox.work_fs import work_folder_full
@@ -108,7 +108,7 @@ class _Run:
     """One correctness run's results, and what the benchmark needs from it (GPU)."""
 
     fields: dict
-    replay: object = None  # the grader.evidence.replay.ReplayOutcome that timed the benchmark rows
+    replay: object = None  # the grader.children.replay_process.ReplayOutcome that timed the benchmark rows
     unreplayable: dict[str, str] = field(default_factory=dict)
 
 
@@ -128,7 +128,7 @@ def _run_checks(assignment: Assignment, source: str, *, device: str, seed: int, 
     timings["inputs"] = time.monotonic() - started
     replay_process = None
     if device == "cuda":
-        from grader.evidence.replay import ReplayProcess
+        from grader.children.replay_process import ReplayProcess
 
         # Started now, so that its start-up (torch, the CUDA context) overlaps the child's, and
         # phase 1 the isolated child's and the oracles'. Its limit counts its own work (start-up,
@@ -285,7 +285,7 @@ def _send_recording(plan: Plan, workdir: Path, evidence_calls: dict, replay_proc
         (recording, check calls) when the process was sent work, else None (nothing recorded,
         or the recording was rejected: the calls' replay errors and ``run.unreplayable`` say so).
     """
-    from grader.evidence.replay import RecordingRejected, calls_to_replay, load_recording, replay_inputs
+    from grader.children.replay_process import RecordingRejected, calls_to_replay, load_recording, replay_inputs
 
     recorded = calls_to_replay(plan, evidence_calls)
     if not recorded and not rows:
@@ -333,7 +333,7 @@ def _finish_replay(sent, timing, evidence_calls: dict, replay_process, run: _Run
     or send the process its end when no rows were sent), wait for the process, and put the
     replayed check outputs into the evidence. ``run.replay`` holds the timed rows only when
     every other check passed."""
-    from grader.evidence.replay import inject
+    from grader.children.replay_process import inject
 
     _, check_calls = sent
     benchmark_part, unreplayable = timing

@@ -96,7 +96,7 @@ class GraderSettings(BaseSettings):
             launched, one at a time.
         prestart_check_child: a grader started ahead of its job (``grader check
             --job-on-stdin``) starts its check child too, which loads Python, torch and Triton in
-            its sandbox and waits for its plan (grader/sandbox/children.py ``PrestartedChild``).
+            its sandbox and waits for its plan (grader/children/check_children.py ``PrestartedChild``).
     """
 
     model_config = SettingsConfigDict(env_prefix="GRADER_", extra="ignore")

@@ -88,7 +88,7 @@ def finish(assignment: Assignment, *, rows: list[dict], replay, unreplayable: di
     """The ``benchmark`` object from the replay's timings and the (cached) peers.
 
     Args:
-        replay: the ReplayOutcome of the process that timed the rows (grader/evidence/replay.py), or None
+        replay: the ReplayOutcome of the process that timed the rows (grader/children/replay_process.py), or None
             when nothing could be replayed.
         unreplayable: row id -> why it was not timed.
         peers: a peers result to reuse (default: cached per GPU and software, else timed now).

@@ -6,7 +6,7 @@ streaming probe. It runs trusted code only, so outside the sandbox; its result i
 GPU, software, options and reference source (``cached_peers``). It runs
 grader/harness/bench_child.py from a staged harness folder that also holds the assignment's
 bench.py as ``assignment_bench.py``. (The submission is timed by the replay process,
-grader/evidence/replay.py.)
+grader/children/replay_process.py.)
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ those outcomes and the run's error. The parent decides both; nothing here runs s
 
 from __future__ import annotations
 
+from grader.checks.interpreter_limits import not_run_on_cpu
 from grader.checks.plan import CheckEvidence, Plan
 from grader.report.document import (
     CheckOutcome,
@@ -14,7 +15,6 @@ from grader.report.document import (
     GradingError,
     Verdict,
 )
-from grader.sandbox.interpreter_limits import not_run_on_cpu
 
 
 def evaluate_checks(plan: Plan, evidence: CheckEvidence, finished: set[str], run_error: GradingError | None,
@@ -27,7 +27,7 @@ def evaluate_checks(plan: Plan, evidence: CheckEvidence, finished: set[str], run
     their outcome.
 
     ``stopped_early``: the run was stopped after a check failed (fail fast,
-    grader.sandbox.children.FailFastWatch); the checks it did not reach, and the aggregate checks (which
+    grader.children.check_children.FailFastWatch); the checks it did not reach, and the aggregate checks (which
     need the whole run), are not run with this message. Should no check have failed after all
     (a report the submission forged to look failed), those checks fail instead: a run stopped
     early never passes."""

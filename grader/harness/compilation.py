@@ -111,7 +111,7 @@ def report_each_compilation(progress: ProgressWriter) -> None:
     (Triton 3.6: ``JITFunction.create_binder`` binds it, so every compilation of a launch, of an
     autotuner and of the compile-only pass's worker threads goes through it). The parent times
     each one by its own clock between the two lines, and on a limit names what was compiling
-    (grader/evidence/progress.py ProgressLines.compilations)."""
+    (grader/sandbox/progress.py ProgressLines.compilations)."""
     try:
         import triton.compiler as compiler
     except ImportError:  # pragma: no cover - no Triton

@@ -225,7 +225,7 @@ class Placement(DocumentModel):
 
 class CompileCost(BaseModel):
     """One Triton compilation of the check child (GPU; the CPU interpreter compiles nothing),
-    as the parent saw it on the child's progress pipe (grader/evidence/progress.py
+    as the parent saw it on the child's progress pipe (grader/sandbox/progress.py
     ProgressLines.compile_report).
 
     Attributes:

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from grader.evidence.progress import PLAN_RECEIVED, ProgressLines
+from grader.sandbox.progress import PLAN_RECEIVED, ProgressLines
 
 #: Seconds allowed to the trusted replay process for its start-up (Python, torch, the CUDA
 #: context) and to each of its waits' slack, on top of its phases' limits (grader/runner.py;

@@ -27,7 +27,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.evidence.progress import ProgressLines
 from grader.sandbox.bwrap import SandboxUnavailable, resolve_bwrap
 from grader.sandbox.child_limits import (
     Cgroup,
@@ -39,6 +38,7 @@ from grader.sandbox.child_limits import (
     tasks_of_uid,
 )
 from grader.sandbox.openmp import OMP_WAIT_POLICY
+from grader.sandbox.progress import ProgressLines
 from grader.settings import GraderSettings
 
 # Packages of this project that must never be visible to the child (the reference solution

@@ -34,7 +34,7 @@ def test_a_kernel_that_never_returns_on_the_first_input_ends_in_seconds_with_the
 def test_the_first_calls_clock_runs_only_while_it_has_not_returned_and_not_while_compiling() -> None:
     import os
 
-    from grader.evidence.progress import ProgressLines
+    from grader.sandbox.progress import ProgressLines
 
     read, write = os.pipe()
     progress = ProgressLines(read)

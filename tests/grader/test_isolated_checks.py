@@ -167,8 +167,8 @@ def test_an_isolated_child_crowded_out_beside_the_main_one_runs_again_alone(smal
     run decides."""
     from grader.assignments import get_assignment
     from grader.checks.plan import CheckEvidence
+    from grader.children import check_children as children
     from grader.report.document import CapturedLog
-    from grader.sandbox import children
     from grader.sandbox.run import ChildOutcome
 
     assignment = get_assignment("softmax_backward")

@@ -16,8 +16,8 @@ import time
 
 from grading_support import REFERENCE, requires_bwrap, settings
 
+from grader.children.check_children import PrestartedChild
 from grader.runner import grade_source
-from grader.sandbox.children import PrestartedChild
 
 pytestmark = requires_bwrap
 

@@ -14,11 +14,11 @@ from grading_support import REFERENCE, requires_bwrap
 from pydantic import ValidationError
 
 from grader import runner
-from grader.evidence import progress
+from grader.children import check_children as children
 from grader.evidence import reader as evidence
 from grader.harness.protocol import CallReport
 from grader.report.document import ErrorKind, ExitCode, GradeJob, ResultDocument
-from grader.sandbox import child_limits, children
+from grader.sandbox import child_limits, progress
 from grader.sandbox import run as sandbox
 from grader.sandbox.bwrap import Bubblewrap
 from grader.sandbox.run import CapturedLog, ChildOutcome
@@ -136,7 +136,7 @@ def test_replay_process_idle_time_is_its_waits_for_plans_capped(tmp_path):
     """The replay process's clock leaves out its wait for phase 1 and, once phase 1 is done,
     its wait for phase 2; never its own work, and never more than max_idle_s."""
     from grader.assignments import get_assignment
-    from grader.evidence.replay import ReplayProcess
+    from grader.children.replay_process import ReplayProcess
     from grader.harness.protocol import BenchmarkPlan, ReplayResult, TimingOptions
     from grader.manifest import DEFAULT_ASSIGNMENT
 
