@@ -31,9 +31,9 @@ from client.http import (
     resolve_server,
     resolve_token,
 )
-from grader.contract import ResultDocument
 from grader.manifest import DEFAULT_ASSIGNMENT, resolve_assignment
-from grader.report import render_result
+from grader.report.document import ResultDocument
+from grader.report.render import render_result
 
 EXIT_PASSED, EXIT_FAILED, EXIT_ERROR, EXIT_PENDING = 0, 1, 2, 3
 
@@ -83,7 +83,7 @@ def _utc(moment: dt.datetime | None) -> str:
 
 
 def render_submission(console: Console, submission: SubmissionRead, server: str | None = None) -> None:
-    """The summary and per-check table (grader/report.py, as `grader check` prints them; with
+    """The summary and per-check table (grader/report/render.py, as `grader check` prints them; with
     `server`, the first check to fix links to its row of the service's /checks page), then
     what the service adds: score, lateness, disqualification."""
     console.print(f"submission [bold]{submission.id}[/bold] ({escape(submission.assignment)}, "
@@ -257,7 +257,7 @@ def submit(argv: list[str]) -> int:
 
 def one_line(submission: SubmissionRead) -> str:
     """``submission 7: failed: fix example_two_element first; 4/13 checks passed``: the
-    summary's line (grader.contract.summarize), what ``--quiet`` prints."""
+    summary's line (grader.report.document.summarize), what ``--quiet`` prints."""
     document = submission.result_document()
     line = submission.status
     if document is not None:

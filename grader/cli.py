@@ -8,7 +8,7 @@ module that implements it (`COMMAND_MODULES`): ``serve`` (api/cli.py), ``worker`
 service never imports torch, and a student's install without extras (httpx, rich, pydantic)
 runs the client. A command whose extra is not installed says which one to install.
 
-Exit codes of ``grader check`` (grader.contract.ExitCode): 0 passed, 1 failed, 2 error caused
+Exit codes of ``grader check`` (grader.report.document.ExitCode): 0 passed, 1 failed, 2 error caused
 by the submission, 3 infrastructure error (no verdict; the worker retries).
 """
 
@@ -20,8 +20,8 @@ import os
 import sys
 from pathlib import Path
 
-from grader.contract import ErrorKind, ExitCode, GradeJob, GradingError, ResultDocument, Verdict
 from grader.manifest import DEFAULT_ASSIGNMENT, MANIFESTS, get_manifest, resolve_assignment
+from grader.report.document import ErrorKind, ExitCode, GradeJob, GradingError, ResultDocument, Verdict
 from grader.stages import STAGE_FILE_VARIABLE, stage_file_writer
 
 #: Command -> (module, function, help). Loaded only when the command runs.
@@ -61,13 +61,13 @@ def _write_json(document: ResultDocument, target: str | None) -> None:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from grader.openmp import OMP_WAIT_POLICY
+    from grader.sandbox.openmp import OMP_WAIT_POLICY
 
-    # Read by libgomp when torch loads it, below (grader/openmp.py says why); a value set in
+    # Read by libgomp when torch loads it, below (grader/sandbox/openmp.py says why); a value set in
     # the environment is kept.
     os.environ.setdefault("OMP_WAIT_POLICY", OMP_WAIT_POLICY)
+    from grader.sandbox.work_fs import WorkFsUnavailable, exec_in_work_fs
     from grader.settings import GraderSettings
-    from grader.work_fs import WorkFsUnavailable, exec_in_work_fs
 
     settings = GraderSettings()
     if args.unsafe_no_sandbox:
@@ -82,7 +82,7 @@ def _check(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.markup import escape
 
-    from grader.bwrap import sandbox_label, sandbox_problem
+    from grader.sandbox.bwrap import sandbox_label, sandbox_problem
 
     # With --json -, stdout carries only the JSON document; the table goes to stderr.
     console = Console(stderr=args.json == "-")
@@ -98,7 +98,7 @@ def _check(args: argparse.Namespace) -> int:
         console.print(f"[red]infrastructure error[/]: {escape(problem)}", highlight=False)
         return ExitCode.INFRASTRUCTURE
 
-    import grader.report  # noqa: F401 - first: without the grader extra, torch is what is missing
+    import grader.report.render  # noqa: F401 - first: without the grader extra, torch is what is missing
     import grader.runner  # noqa: F401
 
     prestarted = _prestart_check_child(args.device, settings) if args.job_on_stdin else None
@@ -123,8 +123,8 @@ def _grade_one(args: argparse.Namespace, console, settings, prestarted) -> int:
     child started ahead): the job, the grading, the output; returns the exit code."""
     from rich.markup import escape
 
-    from grader.plan import AssignmentError
-    from grader.report import render_result
+    from grader.checks.plan import AssignmentError
+    from grader.report.render import render_result
     from grader.runner import InfrastructureError, grade_file
 
     if args.job_on_stdin:
@@ -146,8 +146,8 @@ def _grade_one(args: argparse.Namespace, console, settings, prestarted) -> int:
         console.print(f"[red]no such file: {escape(str(path))}[/]")
         return ExitCode.INFRASTRUCTURE
     if args.exec_argv is not None:  # a process of its own (not main() called in another program)
-        from grader.parent_limits import apply_parent_limits
         from grader.runner import resolve_device
+        from grader.sandbox.parent_limits import apply_parent_limits
 
         try:
             apply_parent_limits(settings, device=resolve_device(args.device))
@@ -199,12 +199,12 @@ def _grade_one(args: argparse.Namespace, console, settings, prestarted) -> int:
 
 
 def _prestart_check_child(device: str, settings):
-    """``--job-on-stdin``: start the next grading's check child now (grader/children.py
+    """``--job-on-stdin``: start the next grading's check child now (grader/children/check_children.py
     ``PrestartedChild``), unless ``settings.prestart_check_child`` is off; None when it cannot
     start (the grading then starts its child itself)."""
     if not settings.prestart_check_child:
         return None
-    from grader.children import PrestartedChild
+    from grader.children.check_children import PrestartedChild
     from grader.runner import resolve_device
 
     try:
@@ -226,7 +226,7 @@ def _wait_for_job(device: str):
             infrastructure error).
     """
     import grader.benchmark  # noqa: F401 - loaded ahead: every timed grading imports them
-    import grader.replay  # noqa: F401
+    import grader.children.replay_process  # noqa: F401
     from grader.assignments import get_assignment
     from grader.runner import resolve_device
 
@@ -272,8 +272,8 @@ def _template(args: argparse.Namespace) -> int:
 
 def _sandbox(args: argparse.Namespace) -> int:
     """``grader sandbox``: which bwrap gradings use here and whether it passes its probe
-    (grader/bwrap.py); exit 0 when it does, 3 (infrastructure) when none works."""
-    from grader.bwrap import SandboxUnavailable, resolve_bwrap
+    (grader/sandbox/bwrap.py); exit 0 when it does, 3 (infrastructure) when none works."""
+    from grader.sandbox.bwrap import SandboxUnavailable, resolve_bwrap
     from grader.settings import GraderSettings
 
     settings = GraderSettings()
@@ -414,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
             return int(getattr(importlib.import_module(module), function)(argv[1:]) or 0)
         args = build_parser().parse_args(argv)
         # This process's own command line, when main() is its entry point: `grader check` may
-        # run on in a new process (grader/work_fs.py) and sets limits on itself.
+        # run on in a new process (grader/sandbox/work_fs.py) and sets limits on itself.
         args.exec_argv = list(sys.argv[1:]) if own_process else None
         return int(args.handler(args) or 0)
     except ModuleNotFoundError as exc:

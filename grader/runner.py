@@ -1,9 +1,9 @@
 """Grade one submission: source validation, the sandboxed child, oracles and verdicts.
 
 ``grade_source`` is the whole grading of one file and returns the ``ResultDocument``
-(grader/contract.py). The parent (this process) generates every input, computes every oracle
+(grader/report/document.py). The parent (this process) generates every input, computes every oracle
 and decides every verdict; the child only runs the submission on inputs it is given and writes
-back output tensors, which are read here as plain numbers (grader/evidence.py).
+back output tensors, which are read here as plain numbers (grader/evidence/reader.py).
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from pathlib import Path
 import torch
 
 from grader.assignments import Assignment, get_assignment
-from grader.bwrap import sandbox_label
-from grader.child_files import ChildFileRejected
-from grader.child_limits import REPLAY_STARTUP_S
-from grader.children import (
+from grader.checks.interpreter_limits import cpu_cannot_judge_notes
+from grader.checks.plan import AssignmentError, CheckEvidence, Plan
+from grader.checks.verdicts import RUN_ENDING_ERRORS, decide_verdict, evaluate_checks
+from grader.children.check_children import (
     FailFastWatch,
     IsolatedChild,
     PrestartedChild,
@@ -35,17 +35,8 @@ from grader.children import (
     run_child,
     run_isolated,
 )
-from grader.contract import (
-    SCHEMA_VERSION,
-    BenchmarkResult,
-    CapturedLog,
-    CompileCost,
-    ErrorKind,
-    GradingError,
-    ResultDocument,
-    Verdict,
-)
-from grader.evidence import (
+from grader.evidence.child_files import ChildFileRejected
+from grader.evidence.reader import (
     InfrastructureError,
     call_context,
     call_level_error,
@@ -53,16 +44,17 @@ from grader.evidence import (
     compile_report,
     read_evidence,
 )
-from grader.interpreter_limits import cpu_cannot_judge_notes
-from grader.parent_limits import ParentBudgetSpent, charged_cpu_budget, unreadable_output_error
-from grader.placement import finish_placement, start_placement
-from grader.plan import AssignmentError, CheckEvidence, Plan
+from grader.report.benchmark_result import BenchmarkResult
+from grader.report.document import SCHEMA_VERSION, CapturedLog, CompileCost, ErrorKind, GradingError, ResultDocument, Verdict
+from grader.sandbox.bwrap import sandbox_label
+from grader.sandbox.child_limits import REPLAY_STARTUP_S
+from grader.sandbox.parent_limits import ParentBudgetSpent, charged_cpu_budget, unreadable_output_error
+from grader.sandbox.placement import finish_placement, start_placement
+from grader.sandbox.work_fs import work_folder_full
 from grader.settings import GraderSettings
 from grader.source_validation import SourceRejected, validate_source
 from grader.stages import GradingStage, report_stage, stage_listener
-from grader.verdicts import RUN_ENDING_ERRORS, decide_verdict, evaluate_checks
 from grader.version import grader_version, package_version
-from grader.work_fs import work_folder_full
 
 __all__ = ["InfrastructureError", "grade_file", "grade_source", "resolve_device"]
 
@@ -116,7 +108,7 @@ class _Run:
     """One correctness run's results, and what the benchmark needs from it (GPU)."""
 
     fields: dict
-    replay: object = None  # the grader.replay.ReplayOutcome that timed the benchmark rows
+    replay: object = None  # the grader.children.replay_process.ReplayOutcome that timed the benchmark rows
     unreplayable: dict[str, str] = field(default_factory=dict)
 
 
@@ -136,7 +128,7 @@ def _run_checks(assignment: Assignment, source: str, *, device: str, seed: int, 
     timings["inputs"] = time.monotonic() - started
     replay_process = None
     if device == "cuda":
-        from grader.replay import ReplayProcess
+        from grader.children.replay_process import ReplayProcess
 
         # Started now, so that its start-up (torch, the CUDA context) overlaps the child's, and
         # phase 1 the isolated child's and the oracles'. Its limit counts its own work (start-up,
@@ -293,7 +285,7 @@ def _send_recording(plan: Plan, workdir: Path, evidence_calls: dict, replay_proc
         (recording, check calls) when the process was sent work, else None (nothing recorded,
         or the recording was rejected: the calls' replay errors and ``run.unreplayable`` say so).
     """
-    from grader.replay import RecordingRejected, calls_to_replay, load_recording, replay_inputs
+    from grader.children.replay_process import RecordingRejected, calls_to_replay, load_recording, replay_inputs
 
     recorded = calls_to_replay(plan, evidence_calls)
     if not recorded and not rows:
@@ -341,7 +333,7 @@ def _finish_replay(sent, timing, evidence_calls: dict, replay_process, run: _Run
     or send the process its end when no rows were sent), wait for the process, and put the
     replayed check outputs into the evidence. ``run.replay`` holds the timed rows only when
     every other check passed."""
-    from grader.replay import inject
+    from grader.children.replay_process import inject
 
     _, check_calls = sent
     benchmark_part, unreplayable = timing

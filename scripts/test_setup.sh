@@ -12,7 +12,7 @@ stop() { say "$1"; say "then run \`make test\` again"; exit 1; }
 
 # What the suite needs from Debian, one line per package: the package, then the command or
 # file that shows it is installed, then which tests need it. (bubblewrap is not here: the
-# grader extra brings its wheel, grader/bwrap.py.) To add a tool, add its line.
+# grader extra brings its wheel, grader/sandbox/bwrap.py.) To add a tool, add its line.
 APT_NEEDS=(
     "chromium ${GRADER_TEST_CHROMIUM:-/usr/bin/chromium} tests/pages (the browser Playwright drives)"
     "apparmor apparmor_parser tests/docker (parses the worker's AppArmor profile)"

@@ -32,7 +32,7 @@ _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?", re.IGNORECASE)
 
 def hint_of(row: CheckVerdictRow) -> str | None:
     """The hint or diagnosis a failed check gave: ``details.hint`` of its stored numbers, the
-    grader's own structured field (grader/evaluate.py); None without one.
+    grader's own structured field (grader/checks/evaluate.py); None without one.
 
     Never taken from the message: a message holds the submission's own text (an exception's
     message, a name it chose), so the words after a ``Hint:`` in it may be the student's."""

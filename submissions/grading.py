@@ -4,7 +4,7 @@ not the submission's fault (see docs/architecture.md for the contract).
 
 The worker never imports the grading code (torch, triton) and never runs it in its own
 process: a CUDA fault, a crash or a hang of the grader parent cannot take the worker down. It
-imports only the torch-free contract (grader/contract.py): exit codes 0 passed, 1 failed, 2 error
+imports only the torch-free contract (grader/report/document.py): exit codes 0 passed, 1 failed, 2 error
 caused by the submission, 3 infrastructure error, and the result document's one typed
 definition. Anything else (another code, death by a signal, the outer timeout, a document that
 does not validate or contradicts the exit code) is also an infrastructure failure: we fail
@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from grader.contract import CheckOutcome, ErrorKind, ExitCode, GradeJob, GradingError, ResultDocument, Verdict
+from grader.report.document import CheckOutcome, ErrorKind, ExitCode, GradeJob, GradingError, ResultDocument, Verdict
 from grader.stages import STAGE_FILE_NAME, STAGE_FILE_VARIABLE, GradingStage, StageReport, read_stage_file
 from submissions.models import SubmissionStatus
 from submissions.settings import Settings
@@ -212,7 +212,7 @@ def _start_grader(command: list[str], workspace_root: os.PathLike[str], stdout_p
     The grader's own folders (its grading folder with the Triton cache, the check child it
     starts ahead, the replay process's folder) lie under ``<workspace_root>/work``
     (``GRADER_WORK_ROOT``, unless the environment names another), where ``grader check``
-    mounts its grading's size-capped tmpfs (grader/work_fs.py); the caller removes the
+    mounts its grading's size-capped tmpfs (grader/sandbox/work_fs.py); the caller removes the
     workspace after the grading, whatever happened to the grader.
 
     Raises:
@@ -251,7 +251,7 @@ class WarmGrader:
 
     Starting a grader costs seconds (Python, torch, the grader, the CUDA driver's answer to
     "is there a device"): a worker starts the next one when a grading starts, and hands it
-    the job (one ``grader.contract.GradeJob`` JSON line on its stdin, which is then closed) when
+    the job (one ``grader.report.document.GradeJob`` JSON line on its stdin, which is then closed) when
     the job is claimed, so that upload-to-verdict does not include that start-up (issue 11,
     point 6). Everything else is as for a grader started with its job: its own session, the
     scrubbed environment, its own private folder (created here, 0700; the source is written
@@ -586,7 +586,7 @@ def _outcome_from_document(
 
 def grading_sandbox_problem(settings: Settings) -> str | None:
     """Why the grader this worker runs could not sandbox any submission (no working bwrap,
-    with the fix; grader/bwrap.py), or None.
+    with the fix; grader/sandbox/bwrap.py), or None.
 
     Checked at a worker's start-up, without torch (a few ms), so that a worker never claims
     jobs whose gradings can only end in an infrastructure error. Only for the default
@@ -598,6 +598,6 @@ def grading_sandbox_problem(settings: Settings) -> str | None:
 
     if list(settings.grade_command) != default_grade_command():
         return None
-    from grader.bwrap import sandbox_problem
+    from grader.sandbox.bwrap import sandbox_problem
 
     return sandbox_problem()

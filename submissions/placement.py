@@ -138,7 +138,7 @@ def describe_gpu(gpu: str | None, *, device: str) -> str | None:
     nvidia-smi; None on a CPU worker or where nvidia-smi cannot tell."""
     if device == "cpu":
         return None
-    from grader.placement import query_gpu
+    from grader.sandbox.placement import query_gpu
 
     answer = query_gpu(gpu or "0")
     if answer is None:

@@ -242,7 +242,7 @@ class Worker:
             # The next job's grader starts now, beside this grading, so that a job claimed right
             # after this one finds it loaded (a deadline queue). Its start-up no longer slows
             # this grading's CPU work: the grading processes' idle OpenMP threads sleep
-            # (grader/openmp.py; docs/benchmarks.md).
+            # (grader/sandbox/openmp.py; docs/benchmarks.md).
             self._prepare_warm_grader()
             try:
                 outcome = run_grader(

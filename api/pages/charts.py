@@ -3,7 +3,7 @@ benchmark row (shape and dtype) of the stored benchmark JSON, comparing the time
 the student's kernel with the named baseline, aten and the other peers, and the row's
 bandwidth floor, each under CUDA-graph timing (the ranked method, docs/benchmarks.md); and one
 roofline-style chart of every row's fraction of its floor (``speed_chart``, from
-grader.speed's RowSpeed: the same numbers the speed table and ``grader check`` show).
+grader.report.speed's RowSpeed: the same numbers the speed table and ``grader check`` show).
 
 Read from ``benchmark.rows[]``: ``id``, ``impls[<name>].graph.median_s``, ``floor_s_min``
 (``floor_s_3_access`` in documents of benchmark schema 1), ``scope``, ``flags``,
@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from grader.speed import RowSpeed, format_fraction, format_rate
+from grader.report.speed import RowSpeed, format_fraction, format_rate
 
 STUDENT = "student"
 
@@ -211,7 +211,7 @@ class SpeedChart:
 
 def speed_chart(speeds: list[RowSpeed], furthest: list[RowSpeed] | None = None, *,
                 compact: bool = False) -> SpeedChart | None:
-    """The roofline-style chart of `speeds` (grader.speed.row_speeds): per row a bar of the
+    """The roofline-style chart of `speeds` (grader.report.speed.row_speeds): per row a bar of the
     student's fraction of the floor against a line at 100%, labelled with the achieved rate;
     rows in `furthest` are marked. None when no row has a fraction."""
     fractions = [s.fraction_of_floor for s in speeds if s.fraction_of_floor is not None]

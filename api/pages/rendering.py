@@ -22,7 +22,7 @@ from fastapi.routing import APIRoute
 
 from api.pages.charts import format_time
 from api.pages.security import SignInRequired, Viewer, clear_session_cookie
-from grader.speed import format_ceiling, format_fraction, format_rate
+from grader.report.speed import format_ceiling, format_fraction, format_rate
 from submissions.errors import DomainError, UploadTooLarge, describe_size
 
 logger = logging.getLogger("api.pages")

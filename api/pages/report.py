@@ -1,10 +1,10 @@
 """A submission's report as a page shows it: the same content `grader check` and `grader
-submit` print (grader/report.py): the summary first (grader.contract.summarize: verdict,
+submit` print (grader/report/render.py): the summary first (grader.report.document.summarize: verdict,
 first check to fix, its smallest failing input with got and expected, the hint), then the
 per-check table (mark, name linked to its row of /checks, err/tol, tolerance bound, details;
 each tolerance's derivation once, under the table), the
 error with the end of its traceback, notes, the benchmark line, the verdict line, the captured
-output; plus, on a GPU, each row's speed against its floor (grader.speed: achieved GB/s and
+output; plus, on a GPU, each row's speed against its floor (grader.report.speed: achieved GB/s and
 TFLOP/s, fraction of the floor; a table and a roofline-style chart, api/pages/charts.py
 ``speed_chart``) and one chart per benchmark row (api/pages/charts.py).
 
@@ -23,10 +23,10 @@ from pydantic import ValidationError
 from api.pages.charts import Chart, SpeedChart, benchmark_charts, speed_chart
 from api.pages.checks_doc import check_url
 from api.schemas import SubmissionRead
-from grader.contract import CheckOutcome, ReportSummary, ResultDocument
 from grader.manifest import MANIFESTS
-from grader.report import error_vs_tolerance, failing_input
-from grader.speed import RowSpeed, row_speeds
+from grader.report.document import CheckOutcome, ReportSummary, ResultDocument
+from grader.report.render import error_vs_tolerance, failing_input
+from grader.report.speed import RowSpeed, row_speeds
 
 #: The end of a traceback that is shown (as `grader check` prints it).
 TRACEBACK_CHARS = 2000
@@ -88,12 +88,12 @@ class Report:
     log_omitted_bytes: int
     log_truncated: bool
     charts: list[Chart]
-    #: What the report leads with (grader.contract.summarize), None while there is no verdict.
+    #: What the report leads with (grader.report.document.summarize), None while there is no verdict.
     summary: ReportSummary | None = None
-    summary_input: str | None = None  # grader.report.failing_input of the summary
+    summary_input: str | None = None  # grader.report.render.failing_input of the summary
     summary_url: str | None = None  # the first check to fix in /checks
     tolerances: list[ToleranceNote] = field(default_factory=list)
-    #: Each benchmark row's speed against its floor (grader.speed.row_speeds), in row order.
+    #: Each benchmark row's speed against its floor (grader.report.speed.row_speeds), in row order.
     speeds: list[RowSpeed] = field(default_factory=list)
     speed_chart: SpeedChart | None = None
     speed_chart_compact: SpeedChart | None = None  # the same for phones
@@ -111,7 +111,7 @@ def _fmt(value: float | None) -> str:
 
 def _tolerance_parts(check: CheckOutcome) -> list[tuple[str, str]]:
     """(bound, derivation) of each tolerance the check compared against: from
-    ``details["tolerances"]`` (grader/evaluate.py), else the ``tolerance`` text whole."""
+    ``details["tolerances"]`` (grader/checks/evaluate.py), else the ``tolerance`` text whole."""
     listed = check.details.get("tolerances")
     if isinstance(listed, list):
         parts = [(str(t.get("bound", "")), str(t.get("why", ""))) for t in listed if isinstance(t, dict)]

@@ -3,7 +3,7 @@
 An assignment is a folder ``grader/assignments/<name>/`` exposing one object, ``ASSIGNMENT``,
 that satisfies ``Assignment``. Its own code is its maths: the fp64 oracle, the input
 generators, the tolerance table of every output, hints and the benchmark's inputs and peers.
-The checks are the generic ones (grader/generic_checks.py), each written once and declared by
+The checks are the generic ones (grader/checks/generic.py), each written once and declared by
 the assignment as data (``ValueCheck``, ``CentralDifference``, ``Invariant``, ...); a check of
 its own is a ``CustomCheck``. docs/authoring.md walks through adding one.
 
@@ -15,7 +15,7 @@ Terms:
         places them in strided views inside NaN guards, and computes the oracle of the values
         as placed (so half precision is judged from the same rounded inputs).
     OutputOracle: per output, the fp64 expected value, its error scale and the slack the
-        allowed arithmetic makes (grader.checks.Tolerance.allowed), same shape as the output.
+        allowed arithmetic makes (grader.checks.tolerance.Tolerance.allowed), same shape as the output.
 
 Generic code (grader/*.py, grader/harness, grader/benchmark) reaches an assignment only
 through this protocol and the manifest (grader/manifest.py), never by name.
@@ -30,9 +30,9 @@ from typing import Literal, Protocol
 
 import torch
 
-from grader.checks import Tolerance
+from grader.checks.plan import CheckEvidence, Layout, Plan, PlannedCall, PlannedCheck
+from grader.checks.tolerance import Tolerance
 from grader.manifest import AssignmentManifest
-from grader.plan import CheckEvidence, Layout, Plan, PlannedCall, PlannedCheck
 
 #: A dtype by its name, as in labels and reports (``float32``, ``float16``, ``bfloat16``, ``int64``).
 DtypeName = str
@@ -51,8 +51,8 @@ class TensorInput:
         dtype: ``"call"`` (the call's float dtype: float32/float16/bfloat16) or a fixed dtype
             name (``"int64"`` for class indices, ``"float32"`` for saved statistics).
         float_input: a float tensor whose dtype and requires_grad the rejection checks vary.
-        strided: the layouts a real caller passes it in (names of grader.plan.LAYOUTS or
-            ``grader.plan.Layout``s: a permuted memory order, stepped strides); () for none.
+        strided: the layouts a real caller passes it in (names of grader.checks.plan.LAYOUTS or
+            ``grader.checks.plan.Layout``s: a permuted memory order, stepped strides); () for none.
             ``OutputContract`` places it in each one that reorders memory (the k-th such
             layout of every input in its k-th added case), so that an output allocated with
             ``torch.empty_like`` of it is caught on any rank.
@@ -143,7 +143,7 @@ class CaseSpec:
     Attributes:
         dims: symbolic size -> length.
         dtype: the call's dtype name.
-        layouts: input name -> layout, a name of grader.plan.LAYOUTS or a ``Layout`` (default
+        layouts: input name -> layout, a name of grader.checks.plan.LAYOUTS or a ``Layout`` (default
             ``contiguous``); any rank.
         exact: draw the assignment's exact values (``MakeCase``'s ``exact``).
         scalars: scalar arguments passed as keywords (``{"ignore_index": 3}``).
@@ -374,7 +374,7 @@ class CustomCheck:
     """A check of the assignment's own: ``build(plan, declared) -> PlannedCheck``, called with
     the plan being built (its generator, bank and device) and the assignment's ``Declared``
     (large_offsets, say). Use it only for what no generic check says; docs/authoring.md,
-    "A check of your own", is the recipe (grader.generic_checks.PlanBuilder places inputs and
+    "A check of your own", is the recipe (grader.checks.generic.PlanBuilder places inputs and
     computes oracles for it)."""
 
     name: str
@@ -525,7 +525,7 @@ class Assignment(Protocol):
 
 @dataclass(frozen=True)
 class Declared:
-    """An assignment's maths, from which grader/generic_checks.py builds the plan.
+    """An assignment's maths, from which grader/checks/generic.py builds the plan.
 
     Attributes:
         inputs / outputs: the call.
@@ -535,7 +535,7 @@ class Declared:
             gets fewer rows than a GPU).
         hints: check name -> the hint shown when it fails.
         hint_requires: check name -> simpler checks whose failure makes a pointer there a
-            better hint (grader.evaluate.hint_for).
+            better hint (grader.checks.evaluate.hint_for).
         diagnose: names a known mistake an output matches (a hint, never a verdict).
         replay_case: ``replay_case(generator, case) -> Case``: new values of the same sizes for
             replaying a call's launches (default: ``make_case`` again).

@@ -28,15 +28,14 @@ from grader.assignments import Assignment
 from grader.benchmark.children import cached_peers
 from grader.benchmark.options import BenchmarkOptions, benchmark_rows
 from grader.benchmark.score import assemble
-from grader.bwrap import sandbox_label
+from grader.benchmark.verify import timed_verification
 from grader.harness.protocol import (
     BenchmarkPlan,
     Recording,
-    TimedOutput,
     TimedRow,
-    TimedVerification,
     TimingOptions,
 )
+from grader.sandbox.bwrap import sandbox_label
 
 __all__ = ["BenchmarkOptions", "NoGPU", "finish", "plan_rows", "replay_phase", "timed_verification"]
 
@@ -60,20 +59,6 @@ def plan_rows(assignment: Assignment, options: BenchmarkOptions) -> list[dict]:
     for row in rows:
         row["warmup_seed"] = row["seed"] * 1000 + 999
     return rows
-
-
-def timed_verification(assignment: Assignment, dtype: str) -> TimedVerification:
-    """How the replay timer verifies a timed call of ``dtype``: the assignment's selection
-    (which elements of each output and input) with each output's own tolerance from its table,
-    the same ``Tolerance`` its checks apply (slack included)."""
-    import torch
-
-    selection = assignment.benchmark.selection
-    outputs = [TimedOutput(name=out.name, axes=list(selection.outputs[out.name]),
-                           tolerance=assignment.tolerance(getattr(torch, dtype), out.name))
-               for out in assignment.outputs]
-    return TimedVerification(draws=dict(selection.draws), outputs=outputs,
-                             input_axes=[None if axes is None else list(axes) for axes in selection.inputs])
 
 
 def replay_phase(assignment: Assignment, rows: list[dict], recording: Recording | None, options: BenchmarkOptions
@@ -103,7 +88,7 @@ def finish(assignment: Assignment, *, rows: list[dict], replay, unreplayable: di
     """The ``benchmark`` object from the replay's timings and the (cached) peers.
 
     Args:
-        replay: the ReplayOutcome of the process that timed the rows (grader/replay.py), or None
+        replay: the ReplayOutcome of the process that timed the rows (grader/children/replay_process.py), or None
             when nothing could be replayed.
         unreplayable: row id -> why it was not timed.
         peers: a peers result to reuse (default: cached per GPU and software, else timed now).

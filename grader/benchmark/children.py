@@ -6,7 +6,7 @@ streaming probe. It runs trusted code only, so outside the sandbox; its result i
 GPU, software, options and reference source (``cached_peers``). It runs
 grader/harness/bench_child.py from a staged harness folder that also holds the assignment's
 bench.py as ``assignment_bench.py``. (The submission is timed by the replay process,
-grader/replay.py.)
+grader/children/replay_process.py.)
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from grader.assignments.protocol import Assignment
 from grader.benchmark.options import BenchmarkOptions, benchmark_rows
 from grader.benchmark.verify import verify_rows
 from grader.harness.protocol import PeerRowPlan, PeersPlan, PeersResult, TimingOptions
-from grader.sandbox import HARNESS_SOURCE, stage_harness
+from grader.sandbox.run import HARNESS_SOURCE, stage_harness
 from grader.version import grader_version, package_version
 
 HARNESS_NAME = "bench_child.py"
@@ -41,7 +41,7 @@ def _stage(assignment: Assignment, settings) -> Path:
 
 def write_plan(workdir: Path, *, rows: list[dict], options: BenchmarkOptions, assignment: Assignment,
                 reference_file: str | None) -> None:
-    from grader.benchmark import timed_verification
+    from grader.benchmark.verify import timed_verification
 
     plan = PeersPlan(rows=[PeerRowPlan(**{k: row[k] for k in ("id", "shape", "dtype", "seed")}) for row in rows],
                      options=TimingOptions(**options.child_options(),
@@ -57,9 +57,9 @@ def read_child_result(workdir: Path) -> dict | None:
     a ``PeersResult`` and returned as a dict (the benchmark adds its verification), or None.
 
     Raises:
-        ChildFileRejected: one of them is a link, a FIFO, a device, ... (grader/child_files.py).
+        ChildFileRejected: one of them is a link, a FIFO, a device, ... (grader/evidence/child_files.py).
     """
-    from grader.child_files import RESULT, ChildFolder
+    from grader.evidence.child_files import RESULT, ChildFolder
 
     for name in ("bench_result.json", "bench_progress.json"):
         raw = ChildFolder(workdir).read(name, RESULT)

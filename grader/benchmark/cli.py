@@ -1,6 +1,6 @@
 """``grader benchmark PATH``: time a file on the GPU and print the per-row table.
 
-Exit codes (grader.contract.BenchmarkExitCode): 0 a ranked score, 1 the kernel earned no score,
+Exit codes (grader.report.document.BenchmarkExitCode): 0 a ranked score, 1 the kernel earned no score,
 2 the benchmark failed, 3 no GPU (it never reports interpreter timings).
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from grader.assignments import get_assignment
 from grader.benchmark.options import BenchmarkOptions
 from grader.benchmark.score import STUDENT, median_of
-from grader.contract import BenchmarkExitCode
+from grader.report.document import BenchmarkExitCode
 
 
 def _us(value: float | None) -> str:

@@ -15,8 +15,9 @@ from pathlib import Path
 from types import ModuleType
 
 from grader.assignments.protocol import Assignment
-from grader.checks import compare
+from grader.checks.tolerance import compare
 from grader.harness.bench_child import stage_seed
+from grader.harness.protocol import TimedOutput, TimedVerification
 
 
 def load_bench_module(path: Path) -> ModuleType:
@@ -35,9 +36,9 @@ def load_outputs(workdir: Path, entry: dict) -> dict:
     """The output tensors a child saved for one row (empty when missing or corrupt).
 
     Raises:
-        ChildFileRejected: the file is a link, a FIFO, a device, ... (grader/child_files.py).
+        ChildFileRejected: the file is a link, a FIFO, a device, ... (grader/evidence/child_files.py).
     """
-    from grader.child_files import ChildFolder
+    from grader.evidence.child_files import ChildFolder
 
     name = entry.get("outputs_file")
     if not isinstance(name, str) or "/" in name or name in ("", ".", ".."):
@@ -130,3 +131,17 @@ def verify_rows(assignment: Assignment, document: dict, workdir: Path, rows: lis
         cache.clear()
         if device == "cuda":
             torch.cuda.empty_cache()
+
+
+def timed_verification(assignment: Assignment, dtype: str) -> TimedVerification:
+    """How the replay timer verifies a timed call of ``dtype``: the assignment's selection
+    (which elements of each output and input) with each output's own tolerance from its table,
+    the same ``Tolerance`` its checks apply (slack included)."""
+    import torch
+
+    selection = assignment.benchmark.selection
+    outputs = [TimedOutput(name=out.name, axes=list(selection.outputs[out.name]),
+                           tolerance=assignment.tolerance(getattr(torch, dtype), out.name))
+               for out in assignment.outputs]
+    return TimedVerification(draws=dict(selection.draws), outputs=outputs,
+                             input_axes=[None if axes is None else list(axes) for axes in selection.inputs])

@@ -29,7 +29,7 @@ def report_compilations(progress: ProgressWriter) -> None:
     pipe, by wrapping ``JITFunction._do_compile`` (Triton 3.6: called on a cache miss of a
     launch, of an autotuner's benchmark run and of ``warmup``; it compiles, or loads the
     compiled kernel from the on-disk cache). The parent times the interval itself and leaves
-    it out of the time limit up to the compile budget (grader/child_limits.py WallClock). Nothing
+    it out of the time limit up to the compile budget (grader/sandbox/child_limits.py WallClock). Nothing
     is compiled under the CPU interpreter."""
     import triton.runtime.jit as jit
 
@@ -111,7 +111,7 @@ def report_each_compilation(progress: ProgressWriter) -> None:
     (Triton 3.6: ``JITFunction.create_binder`` binds it, so every compilation of a launch, of an
     autotuner and of the compile-only pass's worker threads goes through it). The parent times
     each one by its own clock between the two lines, and on a limit names what was compiling
-    (grader/progress.py ProgressLines.compilations)."""
+    (grader/sandbox/progress.py ProgressLines.compilations)."""
     try:
         import triton.compiler as compiler
     except ImportError:  # pragma: no cover - no Triton

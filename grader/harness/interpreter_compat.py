@@ -14,7 +14,7 @@ Two gaps made correct kernels fail on the CPU only (issue #37):
   fp64 in fp64, the precision class of libdevice's (a few ulp). A function not evaluated here
   raises ``LibdeviceUnavailable`` naming it ("libdevice.X is not available on the CPU
   interpreter; this check runs on the GPU"); the parent reports the checks it stopped as not
-  run, never as wrong arithmetic (grader/interpreter_limits.py).
+  run, never as wrong arithmetic (grader/checks/interpreter_limits.py).
 - **``and`` / ``or`` / ``not`` between tensors.** Compiled for a GPU, ``a and b`` of two block
   tensors is an element-wise logical and (with a warning that it is deprecated); the interpreter
   runs the kernel as Python, where ``and`` is Python's (the first block is "true", so the mask

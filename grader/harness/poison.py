@@ -17,7 +17,7 @@ every run:
   dtype (0xFFFF, 0xFFFFFFFF, ...), -1 in integers. The trusted replay fills a recording's
   output and scratch buffers with the same bytes (launches.fresh_buffers), so a call and its
   replay see the same poison. NaN arithmetic on a CPU keeps the first NaN operand's payload,
-  so an output of all-one bits (grader/poison.py ``unwritten_outputs``) shows memory that was
+  so an output of all-one bits (grader/checks/poison.py ``unwritten_outputs``) shows memory that was
   never written, accumulated into or returned as it was; the NaN the grader puts around the
   inputs (0x7FC00000) and the NaN a CPU computes (0xFFC00000) are other patterns.
 

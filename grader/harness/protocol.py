@@ -44,7 +44,7 @@ class _Model(BaseModel):
 class Tolerance(BaseModel):
     """Per-element bound ``|got - expected| <= atol + rtol * scale + vtol * (|expected| + slack) + slack``.
 
-    The one definition of an output's tolerance: the parent's checks (grader/checks.py
+    The one definition of an output's tolerance: the parent's checks (grader/checks/tolerance.py
     ``compare``) and the trusted replay timer (replay_child.py, timed outputs) both call
     ``allowed``, and it travels to the timer inside ``BenchmarkPlan`` as this model.
 

@@ -276,7 +276,7 @@ def test_remote_database_is_published_on_one_private_address_with_tls():
 @pytest.mark.parametrize("combo", ["main+gpus", "worker-host+gpus"])
 def test_every_worker_on_a_host_has_its_own_uid(combo):
     # RLIMIT_NPROC (the grader's process limit for a non-root worker) is counted per uid across
-    # containers: workers sharing a uid would share one budget (grader/sandbox.py).
+    # containers: workers sharing a uid would share one budget (grader/sandbox/run.py).
     model = merged_model(COMBINATIONS[combo])
     users = {name: s["user"] for name, s in model["services"].items()
              if s.get("command") == ["grader", "worker"]}

@@ -168,7 +168,7 @@ def test_worker_image_has_the_grader_extra_bubblewrap_and_a_compiler():
     for package in ("bubblewrap", "gcc", "libc6-dev"):
         assert re.search(rf"apt-get install[^&]*\b{package}\b", runs), package
     assert "--constraint /tmp/pins.txt" in runs, "the base image's torch/triton must stay"
-    # Debian's bwrap, named so the grader never falls back to the wheel's (grader/bwrap.py).
+    # Debian's bwrap, named so the grader never falls back to the wheel's (grader/sandbox/bwrap.py).
     envs = " ".join(rest for word, rest in _final_stage("worker.Dockerfile") if word == "ENV")
     assert re.search(r"\bGRADER_BWRAP=/usr/bin/bwrap\b", envs), envs
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from grading_support import Gradings
 
-from grader.bwrap import sandbox_problem
+from grader.sandbox.bwrap import sandbox_problem
 from grader.settings import GraderSettings
 
 
@@ -25,7 +25,7 @@ def gradings() -> Iterator[Gradings]:
 @pytest.fixture(scope="session")
 def working_sandbox() -> None:
     """Fails (never skips) the tests that need bubblewrap where none works, with the reason
-    and the fix (grader/bwrap.py)."""
+    and the fix (grader/sandbox/bwrap.py)."""
     problem = sandbox_problem(GraderSettings(sandbox="bwrap"))
     if problem is not None:
         pytest.fail(problem)

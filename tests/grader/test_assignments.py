@@ -22,10 +22,10 @@ from grader.assignments.protocol import ScalarInput, TensorInput
 from grader.benchmark import timed_verification
 from grader.benchmark.score import row_floor
 from grader.benchmark.verify import load_bench_module
-from grader.checks import compare
+from grader.checks.plan import dtype_name
+from grader.checks.tolerance import compare
 from grader.harness import replay_child
 from grader.manifest import MANIFESTS
-from grader.plan import dtype_name
 
 NAMES = sorted(MANIFESTS)
 

@@ -24,8 +24,8 @@ from grader.benchmark import score
 from grader.benchmark.cli import main_benchmark, print_benchmark
 from grader.benchmark.options import benchmark_rows
 from grader.benchmark.verify import load_bench_module, verify_rows
-from grader.contract import BenchmarkExitCode
 from grader.harness import timing
+from grader.report.document import BenchmarkExitCode
 
 ASSIGNMENT = get_assignment("softmax_backward")
 SPEC = ASSIGNMENT.benchmark
@@ -122,7 +122,7 @@ def test_child_without_cuda_reports_instead_of_timing(tmp_path):
     import subprocess
     import sys
 
-    from grader.sandbox import stage_harness
+    from grader.sandbox.run import stage_harness
 
     harness = stage_harness(tmp_path / "harness", {"assignment_bench.py": SPEC.bench_file})
     work = tmp_path / "work"
@@ -268,7 +268,7 @@ def _assemble(rows, options, peers, student, **extra):
 def test_a_result_without_a_floor_is_a_valid_document_and_says_why():
     """No copy bandwidth measured: the rows' fractions are null, the headline says why, and
     the object still validates as the result document's typed BenchmarkResult."""
-    from grader.contract import BenchmarkResult
+    from grader.report.benchmark_result import BenchmarkResult
 
     rows, options, peers, student = _docs()
     peers = {k: v for k, v in peers.items() if k != "copy_bandwidth"}

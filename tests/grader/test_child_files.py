@@ -1,4 +1,4 @@
-"""grader/child_files.py: the one reader of what a sandboxed child leaves, against the files a
+"""grader/evidence/child_files.py: the one reader of what a sandboxed child leaves, against the files a
 hostile child can make (links, FIFOs, folders, devices, other owners, oversized files)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from grader.child_files import REPORT, TENSORS, ChildFileRejected, ChildFolder, FileKind, create_marker
-from grader.contract import ErrorKind
+from grader.evidence.child_files import REPORT, TENSORS, ChildFileRejected, ChildFolder, FileKind, create_marker
+from grader.report.document import ErrorKind
 
 
 @pytest.fixture

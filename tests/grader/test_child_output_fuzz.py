@@ -20,13 +20,13 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from grader.assignments import get_assignment
-from grader.child_files import ChildFileRejected
-from grader.contract import CheckOutcome, ErrorKind, GradingError, ResultDocument, Verdict, summarize
-from grader.evidence import read_done, read_evidence
-from grader.parent_limits import ParentBudgetSpent, charged_cpu_budget
-from grader.progress import ProgressLines
-from grader.replay import RecordingRejected, load_recording
-from grader.report import render_result
+from grader.children.replay_process import RecordingRejected, load_recording
+from grader.evidence.child_files import ChildFileRejected
+from grader.evidence.reader import read_done, read_evidence
+from grader.report.document import CheckOutcome, ErrorKind, GradingError, ResultDocument, Verdict, summarize
+from grader.report.render import render_result
+from grader.sandbox.parent_limits import ParentBudgetSpent, charged_cpu_budget
+from grader.sandbox.progress import ProgressLines
 from grader.stages import read_stage_file
 from submissions.csv_cells import FORMULA_TRIGGERS, SafeCsvWriter
 

@@ -40,8 +40,8 @@ from grading_support import (
 
 from grader.assignments import get_assignment
 from grader.assignments.protocol import corpus_minimums
-from grader.contract import ResultDocument
 from grader.manifest import MANIFESTS
+from grader.report.document import ResultDocument
 
 pytestmark = requires_bwrap
 

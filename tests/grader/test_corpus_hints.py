@@ -3,7 +3,7 @@
 Each wrong file of each assignment (tests/corpus/<assignment>/wrong/) says in its docstring the
 phrase its report's first hint must contain ("Expected hint: sign"), or "Expected hint: none"
 where no hint can tell its bug from the values. The first hint shown is the summary's
-(grader.contract.summarize: the first failed check's hint or diagnosis). It must contain the
+(grader.report.document.summarize: the first failed check's hint or diagnosis). It must contain the
 file's phrase and none of the other files' phrases of that assignment: a hint that names a bug
 the file does not have points the student the wrong way.
 
@@ -29,11 +29,11 @@ from test_corpora import CorpusGradings, key, selected_names
 from test_corpora import settings as corpus_settings
 
 from grader.assignments.softmax_backward import checks as softmax_checks
-from grader.contract import CheckOutcome, ResultDocument, summarize
-from grader.evaluate import diagnose_coverage
+from grader.checks.evaluate import diagnose_coverage
+from grader.checks.plan import CheckEvidence
 from grader.manifest import MANIFESTS
-from grader.plan import CheckEvidence
-from grader.report import failing_input
+from grader.report.document import CheckOutcome, ResultDocument, summarize
+from grader.report.render import failing_input
 
 ASSIGNMENTS = tuple(MANIFESTS)
 

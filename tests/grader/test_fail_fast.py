@@ -19,11 +19,11 @@ from grading_support import (
     summary,
 )
 
-from grader.children import PrestartedChild
-from grader.contract import CheckOutcome
-from grader.plan import CheckEvidence, PlannedCheck
+from grader.checks.plan import CheckEvidence, PlannedCheck
+from grader.checks.verdicts import decide_verdict, evaluate_checks
+from grader.children.check_children import PrestartedChild
+from grader.report.document import CheckOutcome
 from grader.runner import grade_source
-from grader.verdicts import decide_verdict, evaluate_checks
 
 PER_COLUMN = TESTS_DIR / "grader" / "fail_fast" / "wrong_axis_per_column.py"
 WRONG_AXIS = CORPUS / "wrong" / "wrong_axis.py"

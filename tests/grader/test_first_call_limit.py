@@ -1,4 +1,4 @@
-"""The first call's own limit (GraderSettings.first_call_timeout_s, grader/sandbox.py
+"""The first call's own limit (GraderSettings.first_call_timeout_s, grader/sandbox/run.py
 ``_FirstCallWatch``): a kernel that never returns on the 1x2 example ends in seconds with the
 loop named, while the honest first calls of the rest of the suite (the reference, the
 corpus) are never stopped by it."""
@@ -9,7 +9,7 @@ import time
 
 from grading_support import CORPUS, requires_bwrap, settings
 
-from grader.contract import ErrorKind, Verdict
+from grader.report.document import ErrorKind, Verdict
 from grader.runner import grade_file
 
 pytestmark = requires_bwrap
@@ -34,7 +34,7 @@ def test_a_kernel_that_never_returns_on_the_first_input_ends_in_seconds_with_the
 def test_the_first_calls_clock_runs_only_while_it_has_not_returned_and_not_while_compiling() -> None:
     import os
 
-    from grader.progress import ProgressLines
+    from grader.sandbox.progress import ProgressLines
 
     read, write = os.pipe()
     progress = ProgressLines(read)

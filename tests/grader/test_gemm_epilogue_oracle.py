@@ -16,7 +16,7 @@ from grader.assignments.gemm_epilogue.oracle import (
     gelu_tanh,
     gelu_tanh_derivative,
 )
-from grader.checks import compare
+from grader.checks.tolerance import compare
 
 
 def _rounded(case, dtype=torch.float16):

@@ -1,4 +1,4 @@
-"""The generic checks (grader/generic_checks.py) on a toy assignment declared as data: a call of
+"""The generic checks (grader/checks/generic.py) on a toy assignment declared as data: a call of
 three inputs of different shapes (A (M, K), B (K, N), bias (N,)) returning two outputs of
 different shapes (out = A @ B + bias (M, N) and colsum = sum over rows of A @ B (N,)).
 
@@ -28,10 +28,10 @@ from grader.assignments.protocol import (
     TritonKernel,
     ValueCheck,
 )
-from grader.checks import Tolerance
-from grader.generic_checks import build_plan
+from grader.checks.generic import build_plan
+from grader.checks.plan import CallEvidence, CheckEvidence
+from grader.checks.tolerance import Tolerance
 from grader.harness.protocol import CallReport, ExceptionReport, OutputMeta, ReplayReport
-from grader.plan import CallEvidence, CheckEvidence
 
 TOLERANCES = {"float32": Tolerance(rtol=1e-5, atol=1e-30, why="fp32 sums"),
               "float16": Tolerance(rtol=1e-5, vtol=2.0**-10, atol=2.0**-24, why="fp32 sums, one fp16 rounding")}

@@ -19,7 +19,7 @@ import torch
 from grading_support import CORPUS, check, settings, strict_json, summary
 
 from grader.assignments.softmax_backward.checks import build_plan
-from grader.checks import compare
+from grader.checks.tolerance import compare
 from grader.harness.protocol import TensorSpec
 from grader.runner import grade_file
 

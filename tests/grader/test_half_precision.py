@@ -25,9 +25,9 @@ from grader.assignments.softmax_backward.checks import build_plan
 from grader.assignments.softmax_backward.inputs import exact_case
 from grader.assignments.softmax_backward.oracle import product_rounding_slack
 from grader.assignments.softmax_backward.spec import TOLERANCES
-from grader.checks import Tolerance, compare
+from grader.checks.plan import CallEvidence, CheckEvidence, PlannedCheck
+from grader.checks.tolerance import Tolerance, compare
 from grader.harness.protocol import CallReport, TensorSpec
-from grader.plan import CallEvidence, CheckEvidence, PlannedCheck
 
 HALF = (torch.float16, torch.bfloat16)
 

@@ -460,7 +460,7 @@ def test_env_secrets_sees_only_the_scrubbed_environment(hostile):
             for name in ("GRADER_", "AWS_", "DATABASE_URL", "TOKEN"):
                 assert name not in line, line[:500]
     environ_line = next(line for line in log.splitlines() if line.startswith("ENVIRON {"))
-    # The allow-list's own settings do arrive: idle OpenMP threads sleep (grader/openmp.py).
+    # The allow-list's own settings do arrive: idle OpenMP threads sleep (grader/sandbox/openmp.py).
     assert "'OMP_WAIT_POLICY': 'PASSIVE'" in environ_line, environ_line[:2000]
     read_ok = {line.split()[1] for line in log.splitlines() if line.startswith("READ_OK ")}
     forbidden = [p for p in read_ok if p.endswith(("softmax_backward/reference.py", "settings.py", ".env", "shadow",

@@ -165,11 +165,11 @@ def test_an_isolated_child_crowded_out_beside_the_main_one_runs_again_alone(smal
     context: a submission could fill the memory to crowd the check out), the check is not
     skipped, nor the grading failed, on that evidence: the child runs again, alone, and that
     run decides."""
-    from grader import children
     from grader.assignments import get_assignment
-    from grader.contract import CapturedLog
-    from grader.plan import CheckEvidence
-    from grader.sandbox import ChildOutcome
+    from grader.checks.plan import CheckEvidence
+    from grader.children import check_children as children
+    from grader.report.document import CapturedLog
+    from grader.sandbox.run import ChildOutcome
 
     assignment = get_assignment("softmax_backward")
     plan = assignment.build_plan(seed=0, device="cpu")

@@ -8,7 +8,7 @@ import torch
 from grader.assignments.layernorm_backward import placed_oracle, spec
 from grader.assignments.layernorm_backward.inputs import make_case
 from grader.assignments.layernorm_backward.oracle import autograd_fp64, layernorm_backward_fp64, statistics_fp64
-from grader.checks import compare
+from grader.checks.tolerance import compare
 
 
 def test_closed_form_is_autograd_of_layer_norm_in_fp64():

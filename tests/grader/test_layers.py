@@ -2,7 +2,12 @@
 
 - No import circle among grader's modules: each module's top-level imports (those under
   ``if TYPE_CHECKING:`` and inside functions are left out: they run after every module has
-  loaded) form a graph without a cycle, so any module can be imported first.
+  loaded) form a graph without a cycle, so any module can be imported first; and none either
+  when those deferred imports count too, so the structure reads one way in every reading.
+- The packages follow one grading's path, each importing only those below it (``LAYERS``):
+  the report's document at the bottom, then the sandbox and its limits, the checks and their
+  verdicts, the evidence and its readers, the children of a grading; grader/runner.py and the
+  command lines above them all.
 - The harness files (grader/harness/*.py) are bound into the sandbox as sibling files and run
   with ``python -I``: they import each other by file name and never a ``grader`` module, which
   the child cannot see.
@@ -21,6 +26,14 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+#: grader's packages from the bottom up: a module of one imports only from its own or those before it.
+LAYERS = ("report", "sandbox", "checks", "evidence", "children")
+
+
+def _every_import(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom)]
+
+
 def _top_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
     found = []
     for node in tree.body:
@@ -33,12 +46,12 @@ def _top_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
     return found
 
 
-def _graph() -> dict[str, set[str]]:
+def _graph(imports=_top_level_imports) -> dict[str, set[str]]:
     modules = {_module_name(path): path for path in GRADER.rglob("*.py") if "harness" not in path.parts}
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         deps: set[str] = set()
-        for node in _top_level_imports(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in imports(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 deps.add(node.module)
                 deps.update(f"{node.module}.{alias.name}" for alias in node.names)
@@ -85,9 +98,25 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_grader_has_no_import_circle():
     graph = _graph()
-    assert {"grader.runner", "grader.children", "grader.verdicts", "grader.sandbox", "grader.progress",
-            "grader.child_limits", "grader.benchmark"} <= set(graph)
+    assert {"grader.runner", "grader.children.check_children", "grader.checks.verdicts", "grader.sandbox.run",
+            "grader.sandbox.progress", "grader.sandbox.child_limits", "grader.benchmark"} <= set(graph)
     assert _cycles(graph) == [], _cycles(graph)
+
+
+def test_no_circle_even_counting_deferred_imports():
+    graph = _graph(_every_import)
+    assert _cycles(graph) == [], _cycles(graph)
+
+
+def test_each_package_imports_only_the_layers_below_it():
+    def layer(module: str) -> int | None:
+        parts = module.split(".")
+        return LAYERS.index(parts[1]) if len(parts) > 2 and parts[1] in LAYERS else None
+
+    upward = [f"{module} -> {dep}" for module, deps in sorted(_graph(_every_import).items()) for dep in sorted(deps)
+              if layer(module) is not None and layer(dep) is not None and layer(dep) > layer(module)]
+    assert upward == []
+    assert {path.name for path in GRADER.iterdir() if path.is_dir() and (path / "__init__.py").exists()} >= set(LAYERS)
 
 
 def test_the_cycle_finder_finds_a_circle():

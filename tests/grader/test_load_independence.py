@@ -1,5 +1,5 @@
 """A verdict on the CPU does not depend on the machine's load (issue 22): the time limit counts
-the child's CPU seconds (grader/child_limits.py CpuClock), not wall seconds.
+the child's CPU seconds (grader/sandbox/child_limits.py CpuClock), not wall seconds.
 
 A correct corpus file is graded alone, then twice at once with both gradings (parents and
 children) on one core of this 2-core machine, under a limit below the wall time the shared

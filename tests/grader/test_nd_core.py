@@ -1,5 +1,5 @@
-"""The generic core on any rank and layout (grader/plan.py placement, grader/generic_checks.py,
-grader/evaluate.py's coverage diagnosis), on a 4-D toy declared as data: q and v of shape
+"""The generic core on any rank and layout (grader/checks/plan.py placement, grader/checks/generic.py,
+grader/checks/evaluate.py's coverage diagnosis), on a 4-D toy declared as data: q and v of shape
 (B, H, S, D), out[b, h, i] = the mean of v[b, h, j] over the keys j <= i (a causal average; q
 only shares its shape). The child is not run: the evidence is made here from the plan, as in
 tests/grader/test_generic_checks.py. CPU, milliseconds.
@@ -23,10 +23,10 @@ from grader.assignments.protocol import (
     TensorOutput,
     ValueCheck,
 )
-from grader.checks import Tolerance
-from grader.evaluate import diagnose_coverage
-from grader.generic_checks import build_plan, contract_cases
-from grader.plan import LAYOUTS, AssignmentError, InputBank, Layout
+from grader.checks.evaluate import diagnose_coverage
+from grader.checks.generic import build_plan, contract_cases
+from grader.checks.plan import LAYOUTS, AssignmentError, InputBank, Layout
+from grader.checks.tolerance import Tolerance
 
 TOLERANCES = {"float32": Tolerance(rtol=1e-5, atol=1e-30, why="fp32 sums"),
               "float16": Tolerance(rtol=1e-5, vtol=2.0**-10, atol=2.0**-24, why="fp32 sums, one fp16 rounding")}
@@ -186,10 +186,10 @@ def test_an_assignment_passes_its_own_bank():
 def test_the_custom_check_recipe_of_the_authoring_guide_builds_and_judges():
     """docs/authoring.md, "A check of your own": its example, on the toy (whose query 0 is v[0])."""
     from grader.assignments.protocol import CustomCheck
-    from grader.contract import CheckOutcome
-    from grader.evaluate import call_outputs, hint_for
-    from grader.generic_checks import PlanBuilder
-    from grader.plan import PlannedCheck
+    from grader.checks.evaluate import call_outputs, hint_for
+    from grader.checks.generic import PlanBuilder
+    from grader.checks.plan import PlannedCheck
+    from grader.report.document import CheckOutcome
 
     def _first_row_is_v0(plan, declared):
         builder = PlanBuilder(declared, plan)

@@ -1,4 +1,4 @@
-"""grader/parent_limits.py: the grader's own limits, and the longest a hostile file holds a
+"""grader/sandbox/parent_limits.py: the grader's own limits, and the longest a hostile file holds a
 worker, as docs/security.md states it."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from grader.benchmark.options import BenchmarkOptions
-from grader.parent_limits import hostile_hold_bound_s
+from grader.sandbox.parent_limits import hostile_hold_bound_s
 from grader.settings import GraderSettings
 
 SECURITY_DOC = Path(__file__).resolve().parents[2] / "docs" / "security.md"
@@ -36,7 +36,7 @@ def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 def test_open_files_and_memory_are_limited():
     result = _run("import resource\n"
-                  "from grader.parent_limits import apply_parent_limits\n"
+                  "from grader.sandbox.parent_limits import apply_parent_limits\n"
                   "from grader.settings import GraderSettings\n"
                   "apply_parent_limits(GraderSettings(), device='cpu')\n"
                   "print(resource.getrlimit(resource.RLIMIT_NOFILE), resource.getrlimit(resource.RLIMIT_DATA))\n"
@@ -49,7 +49,7 @@ def test_open_files_and_memory_are_limited():
 def test_the_wall_clock_ends_the_grader():
     started = time.monotonic()
     result = _run("import time\n"
-                  "from grader.parent_limits import apply_parent_limits\n"
+                  "from grader.sandbox.parent_limits import apply_parent_limits\n"
                   "from grader.settings import GraderSettings\n"
                   "apply_parent_limits(GraderSettings(), device='cuda')\n"
                   "time.sleep(30)\n", parent_timeout_s="1")

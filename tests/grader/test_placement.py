@@ -1,4 +1,4 @@
-"""The record of where a grading ran (grader/placement.py): nvidia-smi's answer parsed into
+"""The record of where a grading ran (grader/sandbox/placement.py): nvidia-smi's answer parsed into
 the result document's placement, and a CPU run's placement (host and cores, no GPU)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.contract import Placement
-from grader.placement import finish_placement, parse_gpu_query, start_placement, visible_gpu
+from grader.report.document import Placement
+from grader.sandbox.placement import finish_placement, parse_gpu_query, start_placement, visible_gpu
 
 #: One line of `nvidia-smi --query-gpu=... --format=csv,noheader,nounits` on the lent H200.
 H200_LINE = "1, GPU-0c5b7a53-6a3e-2f7c-9d1b-3f4e5a6b7c8d, NVIDIA H200, 00000000:19:00.0, 580.159.04, 1980, 3201, 34, 121.50"

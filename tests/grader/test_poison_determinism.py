@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from grading_support import TESTS_DIR, expected_failed_from_docstring, failed_checks, requires_bwrap, settings, summary
 
-from grader.contract import ResultDocument, summarize
+from grader.report.document import ResultDocument, summarize
 
 pytestmark = requires_bwrap
 

@@ -16,7 +16,7 @@ import time
 
 from grading_support import REFERENCE, requires_bwrap, settings
 
-from grader.children import PrestartedChild
+from grader.children.check_children import PrestartedChild
 from grader.runner import grade_source
 
 pytestmark = requires_bwrap

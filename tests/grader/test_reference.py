@@ -16,7 +16,7 @@ import torch
 from grading_support import CORPUS, REFERENCE, requires_bwrap, strict_json, summary
 
 from grader.assignments.softmax_backward.spec import CHECK_NAMES, GPU_ONLY_CHECKS
-from grader.contract import SCHEMA_VERSION, ResultDocument
+from grader.report.document import SCHEMA_VERSION, ResultDocument
 
 pytestmark = requires_bwrap
 

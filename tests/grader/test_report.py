@@ -1,5 +1,5 @@
-"""The summary a report leads with (grader.contract.summarize), as `grader check` prints it
-(grader/report.py), from documents the real grader wrote (tests/service/fakes/documents)."""
+"""The summary a report leads with (grader.report.document.summarize), as `grader check` prints it
+(grader/report/render.py), from documents the real grader wrote (tests/service/fakes/documents)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from grader.contract import CheckOutcome, ErrorKind, GradingError, ResultDocument, Verdict, summarize
-from grader.report import render_result
+from grader.report.document import CheckOutcome, ErrorKind, GradingError, ResultDocument, Verdict, summarize
+from grader.report.render import render_result
 
 DOCUMENTS = Path(__file__).resolve().parents[1] / "service" / "fakes" / "documents"
 

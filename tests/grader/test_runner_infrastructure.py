@@ -13,11 +13,15 @@ import pytest
 from grading_support import REFERENCE, requires_bwrap
 from pydantic import ValidationError
 
-from grader import child_limits, children, evidence, progress, runner, sandbox
-from grader.bwrap import Bubblewrap
-from grader.contract import ErrorKind, ExitCode, GradeJob, ResultDocument
+from grader import runner
+from grader.children import check_children as children
+from grader.evidence import reader as evidence
 from grader.harness.protocol import CallReport
-from grader.sandbox import CapturedLog, ChildOutcome
+from grader.report.document import ErrorKind, ExitCode, GradeJob, ResultDocument
+from grader.sandbox import child_limits, progress
+from grader.sandbox import run as sandbox
+from grader.sandbox.bwrap import Bubblewrap
+from grader.sandbox.run import CapturedLog, ChildOutcome
 from grader.settings import GraderSettings
 
 
@@ -132,9 +136,9 @@ def test_replay_process_idle_time_is_its_waits_for_plans_capped(tmp_path):
     """The replay process's clock leaves out its wait for phase 1 and, once phase 1 is done,
     its wait for phase 2; never its own work, and never more than max_idle_s."""
     from grader.assignments import get_assignment
+    from grader.children.replay_process import ReplayProcess
     from grader.harness.protocol import BenchmarkPlan, ReplayResult, TimingOptions
     from grader.manifest import DEFAULT_ASSIGNMENT
-    from grader.replay import ReplayProcess
 
     process = ReplayProcess(get_assignment(DEFAULT_ASSIGNMENT), GraderSettings(work_root=str(tmp_path)),
                             timeout_s=100.0, max_idle_s=50.0)
@@ -253,7 +257,7 @@ def test_broken_harness_start_raises_infrastructure_error(monkeypatch, tmp_path)
 ])
 def test_malformed_child_reports_are_refused_not_trusted(raw):
     # A submission can rewrite its step reports; a report that does not validate counts as
-    # missing (grader/evidence.py), so odd types neither crash the parent nor get stored.
+    # missing (grader/evidence/reader.py), so odd types neither crash the parent nor get stored.
     with pytest.raises(ValidationError):
         CallReport.model_validate(raw)
 

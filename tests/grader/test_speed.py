@@ -1,4 +1,4 @@
-"""Each benchmark row's speed against its floor (grader/speed.py), on the result document the
+"""Each benchmark row's speed against its floor (grader/report/speed.py), on the result document the
 real grader wrote on an H200 for the softmax_backward reference (docs/benchmarks/
 h200-20261201-round6/run3-diagnosis/B2.json), and how `grader check` prints it."""
 
@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from grader.contract import BenchmarkRow, ResultDocument, Verdict, summarize
-from grader.report import render_result
-from grader.speed import furthest_from_floor, row_speed, row_speeds, speed_line
+from grader.report.benchmark_result import BenchmarkRow
+from grader.report.document import ResultDocument, Verdict, summarize
+from grader.report.render import render_result
+from grader.report.speed import furthest_from_floor, row_speed, row_speeds, speed_line
 
 RECORDED = (Path(__file__).resolve().parents[2] / "docs" / "benchmarks" / "h200-20261201-round6"
             / "run3-diagnosis" / "B2.json")

@@ -18,7 +18,7 @@ import torch
 from grader.assignments import get_assignment
 from grader.benchmark import timed_verification
 from grader.benchmark.verify import load_bench_module
-from grader.checks import compare
+from grader.checks.tolerance import compare
 from grader.harness import replay_child
 from grader.harness.protocol import BenchmarkPlan, TimedOutput, TimedVerification, Tolerance
 from grader.manifest import MANIFESTS

@@ -1,4 +1,4 @@
-"""The training-step check (grader.generic_checks ``_TrainingStep``) on
+"""The training-step check (grader.checks.generic ``_TrainingStep``) on
 softmax_cross_entropy_backward's spiral classifier, with the evidence made here (no child):
 right outputs pass; a NaN at one step fails naming that step and the loss; a gradient 5% too
 large passes no unit bound of dx and parts the trajectory, named with both losses. CPU, ~1 s.
@@ -15,8 +15,8 @@ from test_generic_checks import _evidence
 from grader.assignments.protocol import TrainingStep
 from grader.assignments.softmax_cross_entropy_backward import DECLARED
 from grader.assignments.softmax_cross_entropy_backward.training import STEPS, problem
-from grader.generic_checks import PlanBuilder
-from grader.plan import CheckEvidence, Plan
+from grader.checks.generic import PlanBuilder
+from grader.checks.plan import CheckEvidence, Plan
 
 
 def _check():

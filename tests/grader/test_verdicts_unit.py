@@ -13,21 +13,14 @@ from grading_support import REFERENCE, strict_json
 
 from grader import cli, runner
 from grader.assignments.softmax_backward.inputs import UPSTREAM_MEANS, make_upstream
-from grader.checks import Tolerance, compare
-from grader.contract import (
-    BenchmarkResult,
-    CheckOutcome,
-    ErrorKind,
-    GradingError,
-    Headline,
-    ResultDocument,
-    Verdict,
-)
-from grader.evaluate import COVERAGE_MIN_RATIO, diagnose_coverage, hint_for
-from grader.plan import CheckEvidence, InputBank
-from grader.report import error_vs_tolerance
+from grader.checks.evaluate import COVERAGE_MIN_RATIO, diagnose_coverage, hint_for
+from grader.checks.plan import CheckEvidence, InputBank
+from grader.checks.tolerance import Tolerance, compare
+from grader.checks.verdicts import decide_verdict
+from grader.report.benchmark_result import BenchmarkResult, Headline
+from grader.report.document import CheckOutcome, ErrorKind, GradingError, ResultDocument, Verdict
+from grader.report.render import error_vs_tolerance
 from grader.runner import grade_source
-from grader.verdicts import decide_verdict
 
 TIMEOUT = GradingError(kind=ErrorKind.TIMEOUT, message="did not finish within 20 s")
 

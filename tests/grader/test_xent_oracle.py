@@ -29,8 +29,8 @@ from grader.assignments.softmax_cross_entropy_backward.spec import (
     LONG_ROW,
     TOLERANCES,
 )
-from grader.checks import compare
-from grader.plan import CallEvidence, CheckEvidence
+from grader.checks.plan import CallEvidence, CheckEvidence
+from grader.checks.tolerance import compare
 
 F64 = torch.float64
 FP32 = TOLERANCES["float32"]

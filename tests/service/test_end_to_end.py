@@ -118,7 +118,7 @@ def test_grader_serve_with_students_and_submit_commands(tmp_path: Path) -> None:
         result = _run(_grader("submit", str(good), "--server", base_url, "--token", token,
                               "--poll-interval", "0.2"), tmp_path, env)
         assert result.returncode == 0, result.stdout + result.stderr
-        # grader/report.py's table, as `grader check` prints it, then the service's score.
+        # grader/report/render.py's table, as `grader check` prints it, then the service's score.
         assert "passed" in result.stdout and "✓" in result.stdout
         assert "autograd_fp32" in result.stdout and "1/2 checks passed, 1 not run" in result.stdout
         assert "score: 100 of 100" in result.stdout

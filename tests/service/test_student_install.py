@@ -73,7 +73,7 @@ def test_built_wheel_leaves_out_the_reference_solutions(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert [n for n in names if "reference" in n.lower()] == []
     assert "grader/assignments/softmax_backward/checks.py" in names  # the assignment itself stays
-    assert {"client/cli.py", "client/http.py", "api/schemas.py", "grader/report.py"} <= set(names)
+    assert {"client/cli.py", "client/http.py", "api/schemas.py", "grader/report/render.py"} <= set(names)
     metadata = zipfile.ZipFile(wheel).read(
         next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     base = [line.split(" ", 1)[1] for line in metadata.splitlines()

@@ -43,8 +43,8 @@ from grader.assignments.protocol import (
     TritonKernel,
     ValueCheck,
 )
-from grader.checks import Tolerance
-from grader.plan import Layout, PlannedCheck
+from grader.checks.plan import Layout, PlannedCheck
+from grader.checks.tolerance import Tolerance
 
 _FP16 = Tolerance(
     rtol=2.0**-23, atol=2.0**-24, vtol=2.0**-10,

@@ -14,8 +14,8 @@ from grader.assignments.attention_forward import bench, spec
 from grader.assignments.attention_forward.inputs import make_case
 from grader.assignments.attention_forward.oracle import attention_fp64, benchmark_oracle
 from grader.assignments.protocol import BenchmarkSpec, Declared, Floor, OutputOracle, TimedSelection
-from grader.checks import Tolerance, compare
-from grader.generic_checks import build_plan
+from grader.checks.generic import build_plan
+from grader.checks.tolerance import Tolerance, compare
 from grader.manifest import get_manifest
 
 HERE = Path(__file__).resolve().parent

@@ -55,8 +55,8 @@ from grader.assignments.protocol import (
     TritonKernel,
     ValueCheck,
 )
-from grader.checks import Tolerance
-from grader.plan import Layout, PlannedCheck
+from grader.checks.plan import Layout, PlannedCheck
+from grader.checks.tolerance import Tolerance
 
 _FP16 = Tolerance(
     rtol=2.0**-23, atol=2.0**-24, vtol=2.0**-10,
@@ -209,7 +209,7 @@ HINTS = {
                      "alone, on new inputs, and the output must come out right",
 }
 
-#: A check's hint is shown only when these passed too (grader.evaluate.hint_for).
+#: A check's hint is shown only when these passed too (grader.checks.evaluate.hint_for).
 HINT_REQUIRES: dict[str, tuple[str, ...]] = {
     "causality": ("float16_values",),
     "convex_hull": ("float16_values",),

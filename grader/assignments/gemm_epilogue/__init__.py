@@ -14,8 +14,8 @@ from grader.assignments.gemm_epilogue import bench, spec
 from grader.assignments.gemm_epilogue.inputs import make_case
 from grader.assignments.gemm_epilogue.oracle import benchmark_oracle, gelu_tanh, gemm_gelu_fp64
 from grader.assignments.protocol import BenchmarkSpec, Declared, Floor, OutputOracle, TimedSelection
-from grader.checks import Tolerance, compare
-from grader.generic_checks import build_plan
+from grader.checks.generic import build_plan
+from grader.checks.tolerance import Tolerance, compare
 from grader.manifest import get_manifest
 
 HERE = Path(__file__).resolve().parent

@@ -34,10 +34,10 @@ from grader.assignments.protocol import (
     TritonKernel,
     ValueCheck,
 )
-from grader.checks import Tolerance
-from grader.plan import PlannedCheck
+from grader.checks.plan import PlannedCheck
+from grader.checks.tolerance import Tolerance
 
-# Error bound per element (grader.checks.Tolerance.allowed, with oracle.gemm_gelu_fp64's scale
+# Error bound per element (grader.checks.tolerance.Tolerance.allowed, with oracle.gemm_gelu_fp64's scale
 # and slack):
 #
 #     |got - expected| <= atol + rtol * scale + vtol * (|expected| + slack) + slack
@@ -235,7 +235,7 @@ HINTS = {
                      "launches alone, on new inputs, and the output must come out right",
 }
 
-#: A check's hint is shown only when these passed too (grader.evaluate.hint_for).
+#: A check's hint is shown only when these passed too (grader.checks.evaluate.hint_for).
 HINT_REQUIRES: dict[str, tuple[str, ...]] = {
     "epilogue_values": ("float16_values",),
     "fp32_accumulation": ("float16_values",),

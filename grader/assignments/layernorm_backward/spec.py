@@ -31,7 +31,7 @@ from grader.assignments.protocol import (
     TritonKernel,
     ValueCheck,
 )
-from grader.checks import Tolerance
+from grader.checks.tolerance import Tolerance
 
 # Error bound per element: |got - expected| <= atol + rtol * scale + vtol * |expected|, with
 # the scales of oracle.layernorm_backward_fp64 (the magnitudes of the terms and reductions that

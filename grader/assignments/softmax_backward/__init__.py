@@ -12,7 +12,7 @@ from grader.assignments.protocol import BenchmarkSpec, Floor, TensorOutput, Time
 from grader.assignments.softmax_backward import spec
 from grader.assignments.softmax_backward.checks import build_plan
 from grader.assignments.softmax_backward.oracle import benchmark_oracle
-from grader.checks import Tolerance
+from grader.checks.tolerance import Tolerance
 from grader.manifest import get_manifest
 
 HERE = Path(__file__).resolve().parent

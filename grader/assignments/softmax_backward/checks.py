@@ -1,5 +1,5 @@
 """``softmax_backward``'s named checks, declared as data for the generic core
-(grader/generic_checks.py), and the maths only this assignment has: its input cases, its
+(grader/checks/generic.py), and the maths only this assignment has: its input cases, its
 diagnoses of known wrong formulas, and the GPU-only large_offsets check.
 
 ``build_plan`` returns every check of one grading run in ``spec.CHECK_NAMES`` order. Inputs
@@ -52,12 +52,12 @@ from grader.assignments.softmax_backward.spec import (
     LONG_ROW,
     TOLERANCES,
 )
-from grader.checks import compare
-from grader.contract import CheckOutcome
-from grader.evaluate import describe_failure, hint_for, hinted
-from grader.generic_checks import build_plan as build_declared_plan
+from grader.checks.evaluate import describe_failure, hint_for, hinted
+from grader.checks.generic import build_plan as build_declared_plan
+from grader.checks.plan import CheckEvidence, Plan, PlannedCall, PlannedCheck, dtype_name
+from grader.checks.tolerance import compare
 from grader.harness.protocol import TensorSpec
-from grader.plan import CheckEvidence, Plan, PlannedCall, PlannedCheck, dtype_name
+from grader.report.document import CheckOutcome
 
 #: The output: dx (M, N) in the call's dtype, with spec.TOLERANCES per dtype.
 OUTPUTS = (TensorOutput("dx", ("M", "N"), {dtype_name(dtype): tol for dtype, tol in TOLERANCES.items()}),)
@@ -336,7 +336,7 @@ DECLARED = Declared(inputs=INPUTS, outputs=OUTPUTS, make_case=make_case, oracle=
 
 
 def build_plan(*, seed: int, device: str) -> Plan:
-    """Every check's inputs and oracles for one grading run (grader.generic_checks.build_plan).
+    """Every check's inputs and oracles for one grading run (grader.checks.generic.build_plan).
 
     Args:
         seed: seeds the one torch.Generator all inputs come from (the service mixes a secret

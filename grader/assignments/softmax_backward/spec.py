@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from grader.assignments.protocol import TensorInput
-from grader.checks import Tolerance
+from grader.checks.tolerance import Tolerance
 
 # Error bound per element:
 #
@@ -170,7 +170,7 @@ HINTS = {
 
 #: The checks whose passing makes a check's own hint likely to be the right one: when one of
 #: them failed too, the same mistake shows on simpler inputs, and the failure message points
-#: there instead (grader.evaluate.hint_for).
+#: there instead (grader.checks.evaluate.hint_for).
 HINT_REQUIRES: dict[str, tuple[str, ...]] = {
     "half_precision": ("autograd_fp32",),
     "central_difference": ("autograd_fp32",),

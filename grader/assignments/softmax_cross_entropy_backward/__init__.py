@@ -15,10 +15,10 @@ from grader.assignments.protocol import BenchmarkSpec, CorpusMinimums, Declared,
 from grader.assignments.softmax_cross_entropy_backward import spec
 from grader.assignments.softmax_cross_entropy_backward.inputs import make_case, replay_case
 from grader.assignments.softmax_cross_entropy_backward.oracle import benchmark_oracle, xent_grad_fp64
-from grader.checks import Tolerance, compare
-from grader.generic_checks import build_plan
+from grader.checks.generic import build_plan
+from grader.checks.plan import CheckEvidence, PlannedCall
+from grader.checks.tolerance import Tolerance, compare
 from grader.manifest import get_manifest
-from grader.plan import CheckEvidence, PlannedCall
 
 HERE = Path(__file__).resolve().parent
 _ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}

@@ -1,7 +1,7 @@
 """``softmax_cross_entropy_backward``: the numbers and declarations that make up the assignment's contract.
 
 Tolerances (each with where it comes from), the checks declared as data for the generic core
-(grader/generic_checks.py), benchmark rows, the check names in order and one hint per check.
+(grader/checks/generic.py), benchmark rows, the check names in order and one hint per check.
 docs/checks.md states the same in words.
 
 The assignment (the lesson "Softmax Jacobian & the p - y gradient collapse"): for logits x of
@@ -41,7 +41,7 @@ from grader.assignments.protocol import (
     ValueCheck,
 )
 from grader.assignments.softmax_cross_entropy_backward.oracle import DEFAULT_IGNORE_INDEX, EXPONENT_TERM
-from grader.checks import Tolerance
+from grader.checks.tolerance import Tolerance
 
 __all__ = ["DEFAULT_IGNORE_INDEX", "EXPONENT_TERM"]  # defined in oracle.py, which must import only torch
 
@@ -131,7 +131,7 @@ def checks(device: str) -> tuple:
     (inputs.drawn)."""
     import torch
 
-    from grader.assignments.softmax_cross_entropy_backward import inputs
+    import grader.assignments.softmax_cross_entropy_backward.inputs as inputs
     from grader.assignments.softmax_cross_entropy_backward.oracle import autograd_xent_grad_fp64, loss_fp64
 
     rows = 4 if device == "cpu" else 64

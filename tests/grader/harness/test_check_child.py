@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 import triton.compiler
 
-from grader import progress
+from grader.sandbox import progress
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "grader" / "harness"))
 import check_child  # noqa: E402

@@ -1,6 +1,6 @@
 """The CPU interpreter as the GPU compiler for what public kernels use
 (grader/harness/interpreter_compat.py), and the poison in memory a submission never writes
-(grader/harness/poison.py, grader/poison.py).
+(grader/harness/poison.py, grader/checks/poison.py).
 
 The kernels run in a child Python under TRITON_INTERPRET=1 (the patches are process-wide), with
 the harness folder on its path as the check child has it.
@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from grader.checks.poison import diagnose_unwritten, poisoned
 from grader.harness.interpreter_compat import UNAVAILABLE_MARK
 from grader.harness.poison import POISON_BYTE
-from grader.poison import diagnose_unwritten, poisoned
 
 HARNESS = Path(__file__).resolve().parents[3] / "grader" / "harness"
 

@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-from grader.contract import SCHEMA_VERSION, ResultDocument
+from grader.report.document import SCHEMA_VERSION, ResultDocument
 
 
 def main() -> int:
@@ -134,7 +134,7 @@ def main() -> int:
                                '  File "/work/softmax_backward.py", line 6, in softmax_backward\n'
                                f"    raise ValueError('{HTML_PAYLOAD}')\n"
                                f"ValueError: {HTML_PAYLOAD}\n")}
-    # Built through the one typed definition the real grader writes (grader/contract.py), so
+    # Built through the one typed definition the real grader writes (grader/report/document.py), so
     # the fake can never drift from the contract the worker validates.
     document = ResultDocument.model_validate({
         "schema": SCHEMA_VERSION,

@@ -1,5 +1,5 @@
 """A GPU grading's speed against the floor on the submission page (api/pages/report.py,
-grader/speed.py), on SQLite and PostgreSQL, from the result document the real grader wrote on
+grader/report/speed.py), on SQLite and PostgreSQL, from the result document the real grader wrote on
 an H200 for the softmax_backward reference (docs/benchmarks/h200-20261201-round6/
 run3-diagnosis/B2.json), stored as the worker stores it."""
 
@@ -13,7 +13,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from grader.contract import ResultDocument
+from grader.report.document import ResultDocument
 
 from ..helpers import create_student, grade_next, kernel_source, make_outcome, upload
 from .test_pages import sign_in
@@ -81,7 +81,7 @@ def test_a_cpu_grading_has_no_speed_section(client: TestClient, db_session: Any)
 
 def test_the_chart_scales_past_the_floor_and_says_why_a_row_has_no_bar() -> None:
     from api.pages.charts import speed_chart
-    from grader.speed import RowSpeed
+    from grader.report.speed import RowSpeed
 
     gemm = RowSpeed(row="4096x4096x4096/float16", floor_kind="roofline", student_s=2e-4, floor_s=1e-4,
                     bytes=100_663_296, flops=137_438_953_472, bytes_per_s=5.0331648e11,

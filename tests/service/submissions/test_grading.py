@@ -240,7 +240,7 @@ def test_environment_filter_keeps_ordinary_variables() -> None:
 def test_a_worker_that_runs_the_real_grader_knows_at_once_when_no_bwrap_works(tmp_path, monkeypatch) -> None:
     """grading_sandbox_problem: the worker's start-up check (no torch), for the default
     `grader check` only; another grade command is its own judge."""
-    from grader import bwrap
+    from grader.sandbox import bwrap
     from submissions.grading import grading_sandbox_problem
     from submissions.settings import default_grade_command
 

@@ -9,7 +9,7 @@ process may create one, else rlimits plus a resident-set watchdog), captured out
 head and tail, and a child that prints without end is killed.
 
 Raises ``SandboxUnavailable`` when bubblewrap is asked for but cannot run; the caller reports
-that as an infrastructure error, never as a verdict. Which bwrap runs: grader/bwrap.py.
+that as an infrastructure error, never as a verdict. Which bwrap runs: grader/sandbox/bwrap.py.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.bwrap import SandboxUnavailable, resolve_bwrap
-from grader.child_limits import (
+from grader.sandbox.bwrap import SandboxUnavailable, resolve_bwrap
+from grader.sandbox.child_limits import (
     Cgroup,
     CpuClock,
     FirstCallWatch,
@@ -37,8 +37,8 @@ from grader.child_limits import (
     machine_load,
     tasks_of_uid,
 )
-from grader.openmp import OMP_WAIT_POLICY
-from grader.progress import ProgressLines
+from grader.sandbox.openmp import OMP_WAIT_POLICY
+from grader.sandbox.progress import ProgressLines
 from grader.settings import GraderSettings
 
 # Packages of this project that must never be visible to the child (the reference solution
@@ -234,7 +234,7 @@ def build_environment(*, device: str, home: str, cache_dir: str | None = None) -
         "PYTHONNOUSERSITE": "1",
         "TRITON_CACHE_DIR": cache_dir or os.path.join(home, "triton-cache"),
         "TORCHINDUCTOR_CACHE_DIR": os.path.join(home, "inductor-cache"),
-        "OMP_WAIT_POLICY": OMP_WAIT_POLICY,  # idle OpenMP threads sleep (grader/openmp.py)
+        "OMP_WAIT_POLICY": OMP_WAIT_POLICY,  # idle OpenMP threads sleep (grader/sandbox/openmp.py)
     }
     for name in _ENV_PASSTHROUGH:
         if name in os.environ:
@@ -297,7 +297,7 @@ def _bwrap_command(
     return command
 
 
-HARNESS_SOURCE = Path(__file__).resolve().parent / "harness"
+HARNESS_SOURCE = Path(__file__).resolve().parents[1] / "harness"
 
 
 def stage_harness(destination: Path, extra_files: dict[str, Path] | None = None) -> Path:
@@ -372,7 +372,7 @@ def run_sandboxed(
         ChildOutcome; it never raises for anything the child does.
 
     Raises:
-        SandboxUnavailable: bubblewrap required but none works (grader/bwrap.py).
+        SandboxUnavailable: bubblewrap required but none works (grader/sandbox/bwrap.py).
     """
     home = "/tmp"
     python = sys.executable

@@ -1,6 +1,6 @@
 """Limits of the grader's own process (the trusted parent), beside the sandboxed children's.
 
-The parent reads back only capped files (grader/child_files.py) and never waits on one, so a
+The parent reads back only capped files (grader/evidence/child_files.py) and never waits on one, so a
 hostile file cannot hold it; these limits bound what is left, a bug of the grader's own:
 
 - memory: RLIMIT_DATA (``parent_memory_bytes``) on CPU gradings;
@@ -10,7 +10,7 @@ hostile file cannot hold it; these limits bound what is left, a bug of the grade
   ``--die-with-parent``), and the worker sees an infrastructure failure and retries.
 
 Privilege: started as root, the parent stays root, because a per-child cgroup (exact memory
-and process limits, OOM and refused-fork accounting; grader/child_limits.py ``Cgroup``) needs
+and process limits, OOM and refused-fork accounting; grader/sandbox/child_limits.py ``Cgroup``) needs
 it, and RLIMIT_NPROC, the alternative, counts every task of the uid. What root could do with
 a child's file is closed by the reader's checks instead; the children themselves run as uid
 65534 in user namespaces of their own with every capability dropped.
@@ -24,8 +24,8 @@ import signal
 import threading
 from collections.abc import Iterator
 
-from grader.child_limits import REPLAY_STARTUP_S
-from grader.contract import ErrorKind, GradingError
+from grader.report.document import ErrorKind, GradingError
+from grader.sandbox.child_limits import REPLAY_STARTUP_S
 from grader.settings import GraderSettings
 
 

@@ -13,11 +13,11 @@ from collections.abc import Callable, Mapping
 
 import torch
 
-from grader.checks import Comparison, Tolerance, compare
-from grader.contract import CheckOutcome
-from grader.launch_hints import diagnose_launches
-from grader.plan import CheckEvidence, PlannedCall, PlannedCheck, dtype_name
-from grader.poison import diagnose_unwritten
+from grader.checks.launch_hints import diagnose_launches
+from grader.checks.plan import CheckEvidence, PlannedCall, PlannedCheck, dtype_name
+from grader.checks.poison import diagnose_unwritten
+from grader.checks.tolerance import Comparison, Tolerance, compare
+from grader.report.document import CheckOutcome
 
 #: ``diagnose(out, call, evidence) -> sentence or ""``: names a known mistake the output matches.
 Diagnose = Callable[[torch.Tensor, PlannedCall, CheckEvidence], str]
@@ -307,7 +307,7 @@ def tolerance_fields(tolerance: Tolerance, bound: str | None = None) -> dict:
 
 def hinted(details: dict | None, hint_text: str) -> dict:
     """`details` with ``hint``: `hint_text` as ``hint_for`` returns it (`` Hint: ...`` or ""),
-    its mark removed. The one structured place a hint is read from (grader.contract.summarize,
+    its mark removed. The one structured place a hint is read from (grader.report.document.summarize,
     the class analytics), since a message may also hold the submission's own text."""
     hint = hint_text.strip().removeprefix("Hint:").strip()
     return {**(details or {}), "hint": hint} if hint else dict(details or {})
@@ -325,7 +325,7 @@ def point_failure(fields: dict, label: str, index: list[int], got: float, expect
 
 
 def _failure_details(label: str, result: Comparison) -> dict:
-    """``details["failure"]`` of a failing check (grader.contract.ReportSummary reads it): the
+    """``details["failure"]`` of a failing check (grader.report.document.ReportSummary reads it): the
     input in words, its element count, and the worst element's index, got, expected and allowed
     error (floats; NaN/inf as they are)."""
     return {"input": label, "elements": result.total,

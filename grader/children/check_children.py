@@ -3,9 +3,9 @@ ahead of its job or for it), the isolated child that reruns chosen calls alone, 
 compile-only pass's threads and memory gate they are given.
 
 ``run_child`` writes a child's work folder (source, inputs, plan) and runs it in the sandbox
-(grader/sandbox.py); ``PrestartedChild`` starts the main child before the plan is ready;
+(grader/sandbox/run.py); ``PrestartedChild`` starts the main child before the plan is ready;
 ``run_isolated`` runs the isolated child's steps and folds its evidence in. grader/runner.py
-sequences them; the verdicts are grader/verdicts.py's.
+sequences them; the verdicts are grader/checks/verdicts.py's.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from pathlib import Path
 from safetensors.torch import save_file
 
 from grader.assignments import Assignment
-from grader.child_files import REPORT, ChildFileRejected, ChildFolder, create_marker
-from grader.evidence import (
+from grader.checks.plan import CallEvidence, CheckEvidence, Plan
+from grader.evidence.child_files import REPORT, ChildFileRejected, ChildFolder, create_marker
+from grader.evidence.reader import (
     InfrastructureError,
     call_level_error,
     child_error,
@@ -30,10 +31,9 @@ from grader.evidence import (
     read_evidence,
 )
 from grader.harness.protocol import BenchmarkRowSpec
-from grader.plan import CallEvidence, CheckEvidence, Plan
-from grader.sandbox import ChildOutcome, SandboxUnavailable, run_sandboxed, stage_harness
+from grader.sandbox.run import ChildOutcome, SandboxUnavailable, run_sandboxed, stage_harness
+from grader.sandbox.work_fs import work_folder_full
 from grader.settings import GraderSettings, first_call_limit_s
-from grader.work_fs import work_folder_full
 
 #: At most this many notes from one child's done.json reach the result (each capped by the
 #: protocol); they are the harness's words, shown to the student, never a verdict.

@@ -2,7 +2,7 @@
 it before anything loads torch (and before a missing extra is reported).
 
 ``grader check`` sets it for itself (grader/cli.py) and every sandboxed child gets it
-(grader/sandbox.py ``build_environment``): idle OpenMP threads sleep instead of spinning. A
+(grader/sandbox/run.py ``build_environment``): idle OpenMP threads sleep instead of spinning. A
 grading's processes run beside each other (the parent, the check children, the replay process,
 the worker's next grader starting up); with spinning threads, one process's parallel torch ops
 wait on a core another process holds. On the 2-core development machine, softmax_backward's

@@ -14,11 +14,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from grader.child_files import REPORT, TENSORS, ChildFolder
-from grader.contract import ErrorKind, GradingError
+from grader.checks.plan import CallEvidence, InputBank, Plan, PlannedCheck
+from grader.evidence.child_files import REPORT, TENSORS, ChildFolder
 from grader.harness.protocol import MAX_OUTPUTS, CallReport, DoneReport, StepReport
-from grader.plan import CallEvidence, InputBank, Plan, PlannedCheck
-from grader.sandbox import ChildOutcome
+from grader.report.document import ErrorKind, GradingError
+from grader.sandbox.run import ChildOutcome
 from grader.settings import GraderSettings, first_call_limit_s
 
 
@@ -44,7 +44,7 @@ def read_done(workdir: Path) -> DoneReport | None:
 
     Raises:
         ChildFileRejected: it is not a regular file of the child's within its cap
-            (grader/child_files.py).
+            (grader/evidence/child_files.py).
     """
     raw = ChildFolder(workdir).read("done.json", REPORT)
     if raw is None:
@@ -131,7 +131,7 @@ def compile_cost_text(outcome: ChildOutcome) -> str:
 
 
 def cpu_timeout_message(outcome: ChildOutcome, settings: GraderSettings, during: str) -> str:
-    """The first words of a timeout under a CPU-time limit (grader/child_limits.py CpuClock): which
+    """The first words of a timeout under a CPU-time limit (grader/sandbox/child_limits.py CpuClock): which
     clock ran out, what was running and for how long in CPU and wall seconds, and whether the
     machine was loaded (so that a timeout under load reads as such, not as the kernel's fault)."""
     if outcome.timeout_clock == "wall":
@@ -287,7 +287,7 @@ def read_evidence(steps: list[PlannedCheck], workdir: Path,
 
     Raises:
         ChildFileRejected: a report or tensor file is not a regular file of the child's
-            within its cap (grader/child_files.py), or holds more tensors than its step can.
+            within its cap (grader/evidence/child_files.py), or holds more tensors than its step can.
     """
     calls: dict[str, CallEvidence] = {}
     finished_steps: set[str] = set()

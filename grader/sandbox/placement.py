@@ -20,7 +20,7 @@ import socket
 import subprocess
 from collections.abc import Mapping
 
-from grader.contract import GpuClocks, GpuIdentity, Placement
+from grader.report.document import GpuClocks, GpuIdentity, Placement
 
 #: Seconds one nvidia-smi query may take (it answers in about 50 ms on an idle H200 host).
 NVIDIA_SMI_TIMEOUT_S = 5.0

@@ -20,8 +20,7 @@ from typing import Any
 
 import torch
 
-from grader.checks import Tolerance
-from grader.contract import CheckOutcome
+from grader.checks.tolerance import Tolerance
 from grader.harness.protocol import (
     ArgSpec,
     CallReport,
@@ -32,6 +31,7 @@ from grader.harness.protocol import (
     TensorSpec,
     TiledSpec,
 )
+from grader.report.document import CheckOutcome
 
 #: NaN elements before and after every view in its base buffer: an out-of-bounds read shows
 #: as NaN in the output (integer bases are guarded with the dtype's most negative value). Every
@@ -125,7 +125,7 @@ def layout_of(layout: str | Layout) -> Layout:
     if isinstance(layout, Layout):
         return layout
     if layout not in LAYOUTS:
-        raise ValueError(f"no layout {layout!r} (known: {', '.join(LAYOUTS)}, or a grader.plan.Layout)")
+        raise ValueError(f"no layout {layout!r} (known: {', '.join(LAYOUTS)}, or a grader.checks.plan.Layout)")
     return LAYOUTS[layout]
 
 
@@ -249,8 +249,8 @@ class PlannedCall:
         label: the call's inputs in words, for messages ("(4, 1000) float16").
         expected, scale: per round, the fp64 oracle and the error scale of each output element.
         slack: per round, the extra error the allowed arithmetic makes at each element
-            (grader.checks.Tolerance.allowed), or an empty list for none.
-        tolerance: the dtype's tolerance (grader.checks.Tolerance).
+            (grader.checks.tolerance.Tolerance.allowed), or an empty list for none.
+        tolerance: the dtype's tolerance (grader.checks.tolerance.Tolerance).
         out_dtype: the dtype the output must have.
         refills: per further round, argument position -> base holding the new values.
         save_inputs_after: the child saves the bases as they are after the call.

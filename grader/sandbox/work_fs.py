@@ -28,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from grader.contract import ErrorKind, GradingError
+from grader.report.document import ErrorKind, GradingError
 from grader.settings import GraderSettings
 
 #: Set (to the mount point) in the environment of a grader running on its own tmpfs.
@@ -63,7 +63,7 @@ def default_mount_point() -> Path:
 
 
 def work_fs_command(command: list[str], *, mount_point: Path, size_bytes: int, bwrap: str) -> list[str]:
-    """``command`` run by bubblewrap (``bwrap``: its path, the one grader/bwrap.py resolved for
+    """``command`` run by bubblewrap (``bwrap``: its path, the one grader/sandbox/bwrap.py resolved for
     the sandbox) with a tmpfs of ``size_bytes`` at ``mount_point`` and the host's root bound as
     it is; ``GRADER_WORK_ROOT`` and ``MOUNTED_ENV`` point at the tmpfs.
 
@@ -90,7 +90,7 @@ def exec_in_work_fs(settings: GraderSettings, argv: list[str]) -> None:
     """
     if os.environ.get(MOUNTED_ENV) or settings.work_fs_bytes == 0 or settings.sandbox != "bwrap":
         return
-    from grader.bwrap import SandboxUnavailable, resolve_bwrap
+    from grader.sandbox.bwrap import SandboxUnavailable, resolve_bwrap
 
     try:
         bwrap = str(resolve_bwrap(settings).path)

@@ -1,20 +1,20 @@
 """The verdict rules of one grading: every check's outcome from the evidence, then the verdict.
 
-``evaluate_checks`` turns the evidence the children sent back (grader/evidence.py) into each
+``evaluate_checks`` turns the evidence the children sent back (grader/evidence/reader.py) into each
 check's ``CheckOutcome``, in plan order; ``decide_verdict`` says passed, failed or error from
 those outcomes and the run's error. The parent decides both; nothing here runs submission code.
 """
 
 from __future__ import annotations
 
-from grader.contract import (
+from grader.checks.interpreter_limits import not_run_on_cpu
+from grader.checks.plan import CheckEvidence, Plan
+from grader.report.document import (
     CheckOutcome,
     ErrorKind,
     GradingError,
     Verdict,
 )
-from grader.interpreter_limits import not_run_on_cpu
-from grader.plan import CheckEvidence, Plan
 
 
 def evaluate_checks(plan: Plan, evidence: CheckEvidence, finished: set[str], run_error: GradingError | None,
@@ -27,7 +27,7 @@ def evaluate_checks(plan: Plan, evidence: CheckEvidence, finished: set[str], run
     their outcome.
 
     ``stopped_early``: the run was stopped after a check failed (fail fast,
-    grader.children.FailFastWatch); the checks it did not reach, and the aggregate checks (which
+    grader.children.check_children.FailFastWatch); the checks it did not reach, and the aggregate checks (which
     need the whole run), are not run with this message. Should no check have failed after all
     (a report the submission forged to look failed), those checks fail instead: a run stopped
     early never passes."""

@@ -6,7 +6,7 @@ tolerance table), its maths (``make_case``, ``oracle``) and its checks as data
 ``Bounds``, ``OutputContract``, ``RejectsMismatch``, ``RejectsRequiresGrad``, ``Rejects``,
 ``FreshResults``, ``TritonKernel``, ``CustomCheck``); ``build_plan`` turns them into the
 ``Plan`` the runner sends to the child. Every float input is rounded to the call's dtype and
-placed as a strided view inside NaN guards (grader.plan.InputBank), the oracle is computed from
+placed as a strided view inside NaN guards (grader.checks.plan.InputBank), the oracle is computed from
 the values as placed, and every value call records its Triton launches to be replayed on new
 values of the same layout (check ``triton_kernel``). Nothing here names an assignment.
 """
@@ -38,9 +38,7 @@ from grader.assignments.protocol import (
     TritonKernel,
     ValueCheck,
 )
-from grader.checks import Tolerance
-from grader.contract import CheckOutcome
-from grader.evaluate import (
+from grader.checks.evaluate import (
     call_outputs,
     evaluate_output_contract,
     evaluate_raises,
@@ -51,7 +49,7 @@ from grader.evaluate import (
     point_failure,
     tolerance_fields,
 )
-from grader.plan import (
+from grader.checks.plan import (
     AssignmentError,
     CheckEvidence,
     InputBank,
@@ -63,6 +61,8 @@ from grader.plan import (
     layout_of,
     scalar,
 )
+from grader.checks.tolerance import Tolerance
+from grader.report.document import CheckOutcome
 
 
 def _torch_dtype(name: str) -> torch.dtype:

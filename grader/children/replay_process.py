@@ -26,7 +26,8 @@ from pydantic import ValidationError
 from safetensors.torch import save_file
 
 from grader.assignments.protocol import Assignment
-from grader.child_files import CUBIN, RECORDING, RESULT, ChildFileRejected, ChildFolder, read_to_cap
+from grader.checks.plan import CallEvidence, Plan
+from grader.evidence.child_files import CUBIN, RECORDING, RESULT, ChildFileRejected, ChildFolder, read_to_cap
 from grader.harness.protocol import (
     BenchmarkPlan,
     CallRecording,
@@ -35,8 +36,7 @@ from grader.harness.protocol import (
     ReplayPlan,
     ReplayResult,
 )
-from grader.plan import CallEvidence, Plan
-from grader.sandbox import run_sandboxed, stage_harness
+from grader.sandbox.run import run_sandboxed, stage_harness
 from grader.settings import GraderSettings
 
 
@@ -72,7 +72,7 @@ def load_recording(folder: Path) -> Recording:
     Raises:
         RecordingRejected: missing, malformed, over a limit, or a cubin that does not match.
         ChildFileRejected: a file of it, or the folder, is a link, a FIFO, a device, ... or
-            over its cap (grader/child_files.py).
+            over its cap (grader/evidence/child_files.py).
     """
     files = ChildFolder(folder.parent)
     raw = files.read(f"{folder.name}/recording.json", RECORDING)

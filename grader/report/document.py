@@ -25,7 +25,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
-from grader.speed import RowSpeed, furthest_from_floor, row_speeds, speed_line
+from grader.report.benchmark_result import BenchmarkResult, DocumentModel
+from grader.report.speed import RowSpeed, furthest_from_floor, row_speeds, speed_line
 
 #: Version of the result document's shape. 2: typed contract (checks carry ``details``;
 #: ``log.omitted_bytes``; ``notes``).
@@ -101,13 +102,7 @@ class ErrorKind(enum.StrEnum):
     INFRASTRUCTURE = "infrastructure"  # the grader or the machine failed: no verdict
 
 
-class _Document(BaseModel):
-    """Base of every contract model: unknown keys refused, non-finite floats as strings."""
-
-    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="strings", populate_by_name=True)
-
-
-class GradingError(_Document):
+class GradingError(DocumentModel):
     """Why a grading ended in ``error``.
 
     Attributes:
@@ -126,7 +121,7 @@ class GradingError(_Document):
     details: dict[str, Any] = Field(default_factory=dict)
 
 
-class CheckOutcome(_Document):
+class CheckOutcome(DocumentModel):
     """The verdict of one named check.
 
     Attributes:
@@ -160,7 +155,7 @@ class CheckOutcome(_Document):
         return self
 
 
-class CapturedLog(_Document):
+class CapturedLog(DocumentModel):
     """What the submission printed (stdout and stderr), head and tail kept.
 
     Attributes:
@@ -176,79 +171,7 @@ class CapturedLog(_Document):
     omitted_bytes: int = Field(0, ge=0)
 
 
-class Headline(_Document):
-    """The ranked number of a benchmark, or why there is none.
-
-    Attributes:
-        name: what the value is (e.g. ``geomean_speedup_vs_baseline_graph``).
-        value: the number (higher is better), or None when the kernel earns no score.
-        baseline: the named comparison the ratio is taken against.
-        method: the timing method the value comes from (``graph``).
-        rows: how many benchmark rows the value summarises.
-        reason: why there is no value (None when there is one).
-    """
-
-    name: str
-    value: float | None = None
-    baseline: str | None = None
-    method: str | None = None
-    rows: int = 0
-    reason: str | None = None
-
-
-class BenchmarkRow(BaseModel):
-    """One row of the ``benchmark`` object (grader/benchmark/score.py ``assemble`` writes it).
-
-    Attributes:
-        id: ``<shape>/<dtype>`` (``4096x4096/float16``).
-        shape / dtype: the row's inputs as bench.py's ``make_inputs`` reads them.
-        floor: the row's floor by kind (score.row_floor: ``kind``, ``s_min``, ``s_two_pass``,
-            ``bytes_min``, ``flops``, the measured bandwidth and peak it used, ``what``).
-        bytes_min / bytes_two_pass / floor_s_min / floor_s_two_pass: the same, flat (seconds).
-        impls: implementation -> its statistics, verification and fractions of the floor.
-        ratio_student_over_baseline / speedup_vs_baseline: per timing method (event, graph).
-        flags: why the row is not ranked (empty: ranked); ranked: whether it counts.
-        scope: what was timed, in words.
-
-    Extra keys are kept (documents stored by earlier versions carry others).
-    """
-
-    model_config = ConfigDict(extra="allow", ser_json_inf_nan="strings")
-
-    id: str = ""
-    shape: list[int] = Field(default_factory=list)
-    dtype: str = ""
-    floor: dict[str, Any] | None = None
-    bytes_min: int | None = None
-    bytes_two_pass: int | None = None
-    floor_s_min: float | None = None
-    floor_s_two_pass: float | None = None
-    impls: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    ratio_student_over_baseline: dict[str, float | None] = Field(default_factory=dict)
-    speedup_vs_baseline: dict[str, float | None] = Field(default_factory=dict)
-    student_bandwidth_fraction_min: dict[str, float | None] = Field(default_factory=dict)
-    streaming_probe: dict[str, Any] | None = None
-    flags: list[str] = Field(default_factory=list)
-    ranked: bool = False
-    scope: str = ""
-
-
-class BenchmarkResult(BaseModel):
-    """The ``benchmark`` object of a result document (grader/benchmark).
-
-    Only the headline and the error are read by other processes (the leaderboard ranks
-    ``headline.value``); the rows are typed (``BenchmarkRow``); further keys (environment,
-    measured peaks, options) are stored and shown as they are.
-    """
-
-    model_config = ConfigDict(extra="allow", ser_json_inf_nan="strings")
-
-    headline: Headline | None = None
-    error: str | None = None
-    rows: list[BenchmarkRow] = Field(default_factory=list)
-
-
-class GpuClocks(_Document):
+class GpuClocks(DocumentModel):
     """One reading of a GPU's state (nvidia-smi), taken when a grading starts and when it ends,
     so that a figure measured at low clocks or a hot card can be told apart afterwards.
 
@@ -265,7 +188,7 @@ class GpuClocks(_Document):
     power_w: float | None = None
 
 
-class GpuIdentity(_Document):
+class GpuIdentity(DocumentModel):
     """Which physical GPU graded a submission (nvidia-smi's numbering and identity).
 
     Attributes:
@@ -286,7 +209,7 @@ class GpuIdentity(_Document):
     clocks_end: GpuClocks | None = None
 
 
-class Placement(_Document):
+class Placement(DocumentModel):
     """Where a grading ran: the host, the host cores its processes were bound to, the GPU.
 
     Attributes:
@@ -302,7 +225,7 @@ class Placement(_Document):
 
 class CompileCost(BaseModel):
     """One Triton compilation of the check child (GPU; the CPU interpreter compiles nothing),
-    as the parent saw it on the child's progress pipe (grader/progress.py
+    as the parent saw it on the child's progress pipe (grader/sandbox/progress.py
     ProgressLines.compile_report).
 
     Attributes:
@@ -333,7 +256,7 @@ class CompileCost(BaseModel):
     open: bool = False
 
 
-class ReportSummary(_Document):
+class ReportSummary(DocumentModel):
     """What a report leads with (the page, ``grader check``/``grader submit`` and the JSON
     document all show this one object, derived by ``summarize``): the verdict, the first check
     to fix, its smallest failing input with the worst element's got and expected values, and
@@ -355,9 +278,9 @@ class ReportSummary(_Document):
             error's message.
         hint: what to look at (the check's hint or diagnosis), or None.
         furthest_from_floor: for a passed grading with a benchmark (GPU), the rows furthest
-            from their floor, furthest first (grader/speed.py: achieved GB/s, TFLOP/s and
+            from their floor, furthest first (grader/report/speed.py: achieved GB/s, TFLOP/s and
             fraction of the floor under CUDA-graph timing); empty otherwise.
-        speed: the same in one sentence (grader.speed.speed_line), or None.
+        speed: the same in one sentence (grader.report.speed.speed_line), or None.
     """
 
     verdict: Verdict
@@ -383,9 +306,9 @@ HINT_MARK = " Hint: "
 def summarize(document: ResultDocument) -> ReportSummary:
     """The summary of `document` (ReportSummary): one derivation for every place a report
     is shown. Reads the first failed check's ``details["failure"]`` and ``details["hint"]``
-    (grader/evaluate.py writes them); a check without a structured hint has none (its message
+    (grader/checks/evaluate.py writes them); a check without a structured hint has none (its message
     is never split for one: it may hold the submission's own text). A passed grading with a
-    benchmark names the rows furthest from their floor (grader.speed.furthest_from_floor)."""
+    benchmark names the rows furthest from their floor (grader.report.speed.furthest_from_floor)."""
     checks = document.checks
     passed = sum(1 for c in checks if c.passed)
     not_run = sum(1 for c in checks if c.skipped)
@@ -439,7 +362,7 @@ def _first_sentence(text: str, limit: int = 200) -> str:
     return sentence if len(sentence) <= limit else sentence[: limit - 1] + "…"
 
 
-class ResultDocument(_Document):
+class ResultDocument(DocumentModel):
     """The whole outcome of one ``grader check`` run (docs/architecture.md).
 
     Raises (on validation):
@@ -462,7 +385,7 @@ class ResultDocument(_Document):
     duration_s: float = 0.0
     timings_s: dict[str, float] = Field(default_factory=dict)
     limits: dict[str, Any] | None = None
-    #: The host, host cores and GPU that graded (grader/placement.py).
+    #: The host, host cores and GPU that graded (grader/sandbox/placement.py).
     placement: Placement | None = None
     log: CapturedLog = Field(default_factory=CapturedLog)
     #: Things the student should know about how the run went that are not check verdicts

@@ -1,13 +1,13 @@
 """How close each benchmark row came to its floor: the student's achieved bandwidth, FLOP rate
 and fraction of the floor, computed in this one place for every report that shows them (the
-page: api/pages/report.py and api/pages/charts.py; the command line: grader/report.py; the
-summary: grader.contract.summarize names the rows furthest from the floor).
+page: api/pages/report.py and api/pages/charts.py; the command line: grader/report/render.py; the
+summary: grader.report.document.summarize names the rows furthest from the floor).
 
-Torch-free and free of run-time imports of grader.contract (which imports this module), so the
-API and the worker can use it.
+Torch-free, and importing only the benchmark object's types (grader/report/benchmark_result.py;
+grader.report.document imports this module), so the API and the worker can use it.
 
 Where each number comes from, per row of ``benchmark.rows`` (grader/benchmark/score.py
-``assemble`` writes them; grader.contract.BenchmarkRow types them):
+``assemble`` writes them; grader.report.benchmark_result.BenchmarkRow types them):
 
 - student time: ``impls["student"]["graph"]["median_s"]``, the median time per call of the
   student's replayed Triton launches under CUDA-graph timing: the method the headline ranks
@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:
-    from grader.contract import BenchmarkResult, BenchmarkRow
+    from grader.report.benchmark_result import BenchmarkResult, BenchmarkRow
 
 STUDENT = "student"
 #: The timing method the numbers come from: the ranked one (grader/benchmark/score.py).

@@ -33,8 +33,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.contract import ErrorKind, GradingError
 from grader.harness.protocol import MAX_CUBIN_BYTES
+from grader.report.document import ErrorKind, GradingError
 
 _DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -60,7 +60,7 @@ REPORT = FileKind("report", 4 << 20)
 #: ``step_<i>.safetensors``: each call's output and, where asked, its input bases after the
 #: call; the largest (fp32 bases of the CPU and GPU plans, large_offsets' sampled rows) are
 #: tens of MiB. Read into memory (never mapped); every step file of one grading together is held
-#: to this cap as well (grader/evidence.py read_evidence).
+#: to this cap as well (grader/evidence/reader.py read_evidence).
 TENSORS = FileKind("tensor file", 4 << 30)
 #: ``recording/recording.json``: at most protocol.MAX_KERNELS kernels and
 #: MAX_LAUNCHES_PER_CALL launches per call, a few hundred bytes each.

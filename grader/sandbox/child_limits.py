@@ -1,7 +1,7 @@
 """The limits a child runs under, as the parent enforces them: the wall clock and the CPU clock
 (time spent compiling left out, up to the compile budget), the first call's own short limit,
 and the cgroup (memory and tasks) when this process may make one, else the task count of the
-child's uid. grader/sandbox.py starts the child and consults these; grader/parent_limits.py
+child's uid. grader/sandbox/run.py starts the child and consults these; grader/sandbox/parent_limits.py
 holds the trusted parent's own.
 """
 
@@ -14,11 +14,11 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from grader.progress import PLAN_RECEIVED, ProgressLines
+from grader.sandbox.progress import PLAN_RECEIVED, ProgressLines
 
 #: Seconds allowed to the trusted replay process for its start-up (Python, torch, the CUDA
 #: context) and to each of its waits' slack, on top of its phases' limits (grader/runner.py;
-#: the hostile hold bound of grader/parent_limits.py counts it too).
+#: the hostile hold bound of grader/sandbox/parent_limits.py counts it too).
 REPLAY_STARTUP_S = 60.0
 
 
@@ -359,7 +359,7 @@ def tasks_of_uid(uid: int) -> int:
 
 
 #: The filesystems inside a sandbox whose files are memory (tmpfs): the private /tmp, /dev
-#: (where bubblewrap's --dev puts its files) and /dev/shm (sized on its own, grader/sandbox.py).
+#: (where bubblewrap's --dev puts its files) and /dev/shm (sized on its own, grader/sandbox/run.py).
 SANDBOX_TMPFS_PATHS = ("/tmp", "/dev/shm", "/dev")
 
 
@@ -377,7 +377,7 @@ def held_memory_bytes(pids: list[int]) -> dict[str, int]:
 
     A cgroup's memory limit charges all three to the child already (tmpfs and memfd pages are
     charged to the memory cgroup of the writer); this is the fallback where there is none
-    (grader/sandbox.py's watchdog). Processes that ended meanwhile are skipped.
+    (grader/sandbox/run.py's watchdog). Processes that ended meanwhile are skipped.
     """
     import psutil
 

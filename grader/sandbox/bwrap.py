@@ -101,7 +101,7 @@ def probe_command(path: str) -> list[str]:
     """The probe: ``path`` building a sandbox like the grader's, running this interpreter.
 
     The interpreter's own folders are bound again over the sandbox's private /tmp, as the
-    grader's sandbox binds them (grader/sandbox.py ``_python_paths``): a checkout or a
+    grader's sandbox binds them (grader/sandbox/run.py ``_python_paths``): a checkout or a
     virtualenv under /tmp must not look like a bwrap that cannot run."""
     interpreter = {os.path.realpath(folder) for folder in (sys.prefix, sys.base_prefix, sys.exec_prefix,
                                                             os.path.dirname(os.path.realpath(sys.executable)))}

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import re
 
-from grader.contract import CheckOutcome
+from grader.checks.plan import CheckEvidence, PlannedCheck
 from grader.harness.interpreter_compat import UNAVAILABLE_MARK
-from grader.plan import CheckEvidence, PlannedCheck
+from grader.report.document import CheckOutcome
 
 _NAME = re.compile(r"(libdevice\.\w+) " + re.escape(UNAVAILABLE_MARK))
 

@@ -1,5 +1,5 @@
 """Human-readable rendering of a result document (rich tables), shared by ``grader check`` and
-``grader submit``. Takes the document only (grader/contract.py), so it works on results fetched
+``grader submit``. Takes the document only (grader/report/document.py), so it works on results fetched
 over HTTP as well as on local gradings; needs only rich and pydantic."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from grader.contract import BenchmarkResult, CheckOutcome, ReportSummary, ResultDocument, summarize
-from grader.speed import format_ceiling, format_fraction, format_rate, row_speeds
+from grader.report.benchmark_result import BenchmarkResult
+from grader.report.document import CheckOutcome, ReportSummary, ResultDocument, summarize
+from grader.report.speed import format_ceiling, format_fraction, format_rate, row_speeds
 
 #: Where the checks and their tolerances are explained (the service serves it at /checks).
 CHECKS_DOCUMENT = "docs/checks.md"
@@ -66,7 +67,7 @@ def failing_input(summary: ReportSummary) -> str | None:
 
 
 def render_summary(summary: ReportSummary, console: Console, docs: str = CHECKS_DOCUMENT) -> None:
-    """The lines a report leads with (grader.contract.summarize): verdict, the first check to
+    """The lines a report leads with (grader.report.document.summarize): verdict, the first check to
     fix (with `docs`, where it is explained), its smallest failing input with got and expected,
     the hint."""
     colour = {"passed": "green", "failed": "red"}.get(summary.verdict.value, "yellow")
@@ -93,7 +94,7 @@ def _seconds(value: float | None) -> str:
 
 def render_speeds(benchmark: BenchmarkResult, console: Console) -> None:
     """One line per benchmark row of the student's speed against the row's floor
-    (grader.speed.row_speed: CUDA-graph median, achieved GB/s and TFLOP/s, fraction of the
+    (grader.report.speed.row_speed: CUDA-graph median, achieved GB/s and TFLOP/s, fraction of the
     floor, and what the floor is made of); nothing for a benchmark without rows."""
     speeds = row_speeds(benchmark)
     if not speeds:
