@@ -21,7 +21,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.routing import APIRoute
 
 from api.pages.charts import format_time
-from api.pages.security import SignInRequired, Viewer, clear_session_cookie
+from api.pages.security import SESSION_COOKIE, SignInRequired, Viewer, clear_session_cookie
 from grader.report.speed import format_ceiling, format_fraction, format_rate
 from submissions.errors import DomainError, UploadTooLarge, describe_size
 
@@ -188,9 +188,14 @@ def error_page(request: Request, *, status_code: int, code: str, message: str,
                headers: dict[str, str] | None = None, limit: str | None = None
                ) -> HTMLResponse:
     """The site's error page: what happened (`message`, `code`), the limit broken if one
-    was (`limit`, in the README's units) and the way back to where the request came from."""
+    was (`limit`, in the README's units) and the way back to where the request came from.
+
+    It is drawn without a viewer (it may answer before any route looked at the session, e.g.
+    the guard's 413 for a body over its cap), so a browser that holds a session cookie gets a
+    neutral header (Home, no "Sign in" that would suggest it was signed out)."""
+    holds_session = SESSION_COOKIE in request.cookies
     return render(request, "error.html", viewer=None, status_code=status_code, headers=headers,
-                  code=code, message=message, limit=limit, back=way_back(request))
+                  code=code, message=message, limit=limit, back=way_back(request), holds_session=holds_session)
 
 
 def too_large_page(scope: dict[str, Any], *, code: str, message: str, limit_bytes: int,

@@ -197,6 +197,12 @@ def test_an_upload_over_the_limit_is_a_page_with_the_limit_in_kib(client: TestCl
         assert "the file is larger than the upload limit of 256 KiB" in response.text, size
         assert "The limit is 256 KiB" in response.text, size
         assert '<a href="/submit">Back to the page you came from</a>' in response.text, size
+        header = response.text.split("</header>")[0]
+        assert '<a href="/">Home</a>' in header and "Sign in" not in header, "the student is still signed in"
+    client.cookies.clear()
+    response = client.post("/submit", data={"assignment": "softmax_backward"},
+                           files={"file": ("big.py", big, "text/x-python")})
+    assert response.status_code == 413 and '<a href="/sign-in">Sign in</a>' in response.text.split("</header>")[0]
     api = upload(client, token, big.decode())
     assert api.status_code == 413 and api.json()["error"]["max_bytes"] == 256 * 1024
     assert "256 KiB" in api.json()["error"]["message"]
