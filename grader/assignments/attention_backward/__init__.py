@@ -108,8 +108,9 @@ class AttentionBackward:
             "sdpa_autograd": "the baseline: autograd of F.scaled_dot_product_attention(is_causal=True) on leaf copies "
                              "of q, k, v: PyTorch's forward (recomputed) and backward kernels, plus three copies",
             "reference": "the course reference kernels (grader/assignments/attention_backward/reference.py)",
-            "flex_attention_autograd_compiled": "torch.compile of FlexAttention's forward and backward with a causal "
-                                                "block mask, forward recomputed as for the baseline",
+            "flex_attention_autograd_compiled": "torch.compile of flex_attention (Inductor's forward and backward "
+                                                "templates) with a causal block mask built once per length, the "
+                                                "autograd around it eager, forward recomputed as for the baseline",
         },
         floor=Floor("roofline", bytes=_floor_bytes, flops=lambda shape, dtype: bench.flops(shape)),
         # Every gradient row of a head needs every row of that head's inputs: one drawn batch and

@@ -12,7 +12,8 @@ __all__ = ["attention_backward"]
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 HEAD_DIMS = (16, 32, 64, 128)
-LOG2_E = 1.4426950408889634
+# A module global a @triton.jit function reads must be constexpr when compiled.
+LOG2_E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit

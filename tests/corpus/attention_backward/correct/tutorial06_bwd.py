@@ -16,8 +16,10 @@ import torch
 import triton
 import triton.language as tl
 
-RCP_LN2 = 1.4426950408889634
-LN2 = 0.6931471824645996
+# Module globals a @triton.jit function reads must be constexpr when compiled (the CPU
+# interpreter accepts plain floats; Triton's compiler refuses them).
+RCP_LN2 = tl.constexpr(1.4426950408889634)
+LN2 = tl.constexpr(0.6931471824645996)
 
 
 @triton.jit
