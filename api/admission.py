@@ -25,7 +25,7 @@ concurrency, not on how long a request would wait. Now a request that finds ever
 taken waits for one in a FIFO queue, as an ``asyncio`` future on the event loop (no thread,
 no connection), and is refused only when:
 
-- it has waited ``api_queue_target_s`` (1 s) without a place while the queue has drained
+- it has waited ``api_queue_target_s`` (1.5 s) without a place while the queue has drained
   (been empty) within the last ``api_queue_target_s``: a burst the server absorbs;
 - or, once the queue has stayed non-empty for longer than that (a standing queue: requests
   arrive faster than they are served, i.e. saturation, not a burst), after
@@ -327,7 +327,7 @@ class Admission:
     max_health: int
     max_waiting: int
     retry_after_s: int
-    target_s: float = 1.0
+    target_s: float = 1.5
     saturated_wait_s: float = 0.5
     max_queued: int = 1000
     api: Gate = field(init=False)
