@@ -44,7 +44,7 @@ Refusing the tail early (issue 38, "reads never shed on an idle server"). With t
 the tail of a large burst waits its whole allowance before it learns that it is refused, so no
 single target served both bursts of the issue on the 2-core machine of docs/reliability.md:
 1 s refused part of 120 reads the server answered in 1.1-1.3 s, and 1.5 s, which admits them,
-answered 300 reads in up to 2.19 s (refusals at about 1.9 s). So `Gate` measures how fast its
+answered 300 reads in up to 2.1-2.2 s (refusals at 1.9-2.1 s). So `Gate` measures how fast its
 queue drains: during a busy period (the queue non-empty) every hand-off in `Gate.leave` is a
 departure, and the departure interval d (seconds) is (latest departure - first departure) /
 (departures - 1), trusted after `Gate.min_departures` (MIN_DEPARTURES says why) and measured
