@@ -25,18 +25,37 @@ concurrency, not on how long a request would wait. Now a request that finds ever
 taken waits for one in a FIFO queue, as an ``asyncio`` future on the event loop (no thread,
 no connection), and is refused only when:
 
-- it has waited ``api_queue_target_s`` (1 s) without a place while the queue has drained
+- it has waited ``api_queue_target_s`` (1.5 s) without a place while the queue has drained
   (been empty) within the last ``api_queue_target_s``: a burst the server absorbs;
 - or, once the queue has stayed non-empty for longer than that (a standing queue: requests
   arrive faster than they are served, i.e. saturation, not a burst), after
   ``api_queue_saturated_wait_s`` (0.5 s): under saturation new requests are shed quickly, so
   that the queue's delay stays bounded and a refused client learns it at once;
+- or, before either, as soon as the queue's measured drain rate says it cannot get a place
+  within that allowance (below);
 - or the queue already holds ``api_max_queued`` requests (refused at once).
 
 This is the controlled-delay queue of "Fail at Scale" (Maurer, ACM Queue 13(8), 2015: CoDel
 applied to a server's request queue): the wait a request may spend queued depends on whether
 the queue has been empty recently. The target is a wait, so on a fast machine more requests
 fit in it and on a slow or loaded one fewer: nothing is tuned to a request count.
+
+Refusing the tail early (issue 38, "reads never shed on an idle server"). With the timer alone
+the tail of a large burst waits its whole allowance before it learns that it is refused, so no
+single target served both bursts of the issue on the 2-core machine of docs/reliability.md:
+1 s refused part of 120 reads the server answered in 1.1-1.3 s, and 1.5 s, which admits them,
+answered 300 reads in up to 2.1-2.2 s (refusals at 1.9-2.1 s). So `Gate` measures how fast its
+queue drains: during a busy period (the queue non-empty) every hand-off in `Gate.leave` is a
+departure, and the departure interval d (seconds) is (latest departure - first departure) /
+(departures - 1), trusted after `Gate.min_departures` (MIN_DEPARTURES says why) and measured
+afresh once the queue empties. The time from the queue's start to its first departure is not
+counted: it is one whole service time (the places filling), not the drain rate. After each
+hand-off, the waiter at (1-based) position k that has waited w seconds is refused at once when
+w + k d exceeds its allowance, walking from the tail up to the first waiter that fits (so
+O(refused + 1) per departure), and a newcomer is refused at once when its position times d
+already does. An under-estimate of d only leaves a refusal to the timer, which stays as the
+backstop; an over-estimate would refuse a request that would have got its place, hence the
+minimum number of departures.
 
 Why the threads-vs-connections deadlock of issue 10 cannot return. The thread limiter and the
 connection pool both have ``api_threads`` places (api/main.py, submissions/db.py); an admitted
@@ -51,7 +70,7 @@ A refused request is answered with 503, code ``overloaded``, and
 ``Retry-After: api_retry_after_s``. Request bodies have been read before a request gets here
 (api/guard.py), so a place is never held, nor a queue entry taken, by a client that is still
 sending. The counters and the queue live in one event loop and are only touched from it, so
-plain integers and a deque are safe.
+plain integers, a deque and a dict are safe.
 """
 
 from __future__ import annotations
@@ -103,6 +122,20 @@ def _waits(scope: dict[str, Any]) -> bool:
     return False
 
 
+#: Departures (hand-offs) of a busy period before its measured departure interval is trusted
+#: to refuse a waiter early (`Gate.min_departures`): at least MIN_DEPARTURES and at least
+#: MIN_GENERATIONS x `places`. An under-estimate only leaves the refusal to the timer; an
+#: over-estimate refuses requests that would have got their place. Departures come in clumps:
+#: requests admitted together share the cores and finish together, so with 22 places an idle
+#: server's departures came about 22 at a time, one service time apart (0.11-0.44 s, up to 3x
+#: from one clump to the next: GC, the load client's share of the cores). Trusted after 8
+#: departures, the estimate rested on the first gap alone: in 2 of 10 bursts of 120 reads that
+#: the server answered within the target, 5 and 22 of the tail were refused (docs/reliability.md,
+#: 2026-12-05). Over two clumps, replayed on recorded traces of 14 such bursts, none would be.
+MIN_DEPARTURES = 8
+MIN_GENERATIONS = 2
+
+
 class Gate:
     """`places` holders at once and a bounded FIFO queue of waiters with a controlled delay
     (the module docstring says when a waiter is refused).
@@ -126,15 +159,23 @@ class Gate:
         self.saturated_wait_s = min(saturated_wait_s, target_s)
         self.max_queued = max_queued
         self.clock = clock
+        self.min_departures = max(MIN_DEPARTURES, MIN_GENERATIONS * places)
         self.holders = 0
         self._queue: deque[asyncio.Future[bool]] = deque()
+        # Each waiter's enqueue time and allowance (seconds), for the prediction.
+        self._waiters: dict[asyncio.Future[bool], tuple[float, float]] = {}
         self._last_empty = clock()  # when the queue was last seen empty
+        # The departures (hand-offs) of this busy period: how many, the first's and the
+        # latest's times (seconds); reset when the queue empties (`departure_interval_s`).
+        self._departures = 0
+        self._first_departure = self._last_departure = 0.0
         # Counters (tests, the figures of scripts/admission_load.py).
         self.admitted = 0  # entries, at once or after a wait
         self.admitted_after_wait = 0
         self.longest_wait_s = 0.0  # the longest wait of an admitted request
         self.refused_full = 0  # refused at once: the queue was full
         self.refused_late = 0  # refused after waiting its whole allowance
+        self.refused_predicted = 0  # refused early: the drain rate says it would wait longer
 
     @property
     def queued(self) -> int:
@@ -143,8 +184,18 @@ class Gate:
 
     @property
     def refused(self) -> int:
-        """Refusals so far (queue full, or a wait beyond its allowance)."""
-        return self.refused_full + self.refused_late
+        """Refusals so far (queue full, a wait beyond its allowance, measured or predicted)."""
+        return self.refused_full + self.refused_late + self.refused_predicted
+
+    def departure_interval_s(self) -> float | None:
+        """The queue's measured departure interval (seconds per hand-off) in this busy period:
+        (latest departure - first departure) / (departures - 1), or None before
+        `min_departures` departures (MIN_DEPARTURES says why). The time from the queue's
+        start to its first departure is not counted: that is one whole service time (the
+        places filling), not the drain rate, and would over-estimate it."""
+        if self._departures < self.min_departures:
+            return None
+        return (self._last_departure - self._first_departure) / (self._departures - 1)
 
     def allowed_wait_s(self) -> float:
         """How long a request arriving now may wait: `target_s` when the queue has been
@@ -166,18 +217,24 @@ class Gate:
     async def enter(self) -> bool:
         """Take a place, waiting in the queue (on the event loop: no thread) for at most
         `allowed_wait_s()`. True: admitted (give the place back with `leave`); False:
-        refused (the queue is full, or no place came within the allowance)."""
+        refused (the queue is full, the measured drain rate says no place would come within
+        the allowance, or none came)."""
         if self.try_enter():
             return True
         if len(self._queue) >= self.max_queued:
             self.refused_full += 1
             return False
-        loop = asyncio.get_running_loop()
         allowed_s = self.allowed_wait_s()
+        interval_s = self.departure_interval_s()
+        if interval_s is not None and (len(self._queue) + 1) * interval_s > allowed_s:
+            self.refused_predicted += 1  # it would join the tail only to be refused later
+            return False
+        loop = asyncio.get_running_loop()
         granted: asyncio.Future[bool] = loop.create_future()
-        self._queue.append(granted)
-        timer = loop.call_later(allowed_s, self._expire, granted)
         started = self.clock()
+        self._queue.append(granted)
+        self._waiters[granted] = (started, allowed_s)
+        timer = loop.call_later(allowed_s, self._expire, granted)
         try:
             admitted = await asyncio.shield(granted)
         except asyncio.CancelledError:  # the request was cancelled while it waited
@@ -193,29 +250,59 @@ class Gate:
             waited_s = self.clock() - started
             self.admitted_after_wait += 1
             self.longest_wait_s = max(self.longest_wait_s, waited_s)
-        else:
-            self.refused_late += 1
         return admitted
 
     def leave(self) -> None:
-        """Give a place back: handed to the longest waiter still waiting, if any."""
+        """Give a place back: handed to the longest waiter still waiting, if any (a
+        departure of the queue; then the tail that can no longer make it is refused)."""
         while self._queue:
             waiter = self._queue.popleft()
+            self._waiters.pop(waiter, None)
             # A waiter of an event loop that has ended (a test client's) can take nothing.
             if not waiter.done() and not waiter.get_loop().is_closed():
                 waiter.set_result(True)  # the place passes to it; `holders` is unchanged
                 self.admitted += 1
-                self._note_if_empty()
+                self._depart()
                 return
         self.holders -= 1
+        self._note_if_empty()
+
+    def _depart(self) -> None:
+        """Count a hand-off as a departure of this busy period, then refuse from the tail
+        each waiter whose wait so far plus its position times the departure interval
+        exceeds its allowance, up to the first one that fits (O(refused + 1))."""
+        now = self.clock()
+        if self._departures == 0:
+            self._first_departure = now
+        self._last_departure = now
+        self._departures += 1
+        self._note_if_empty()
+        interval_s = self.departure_interval_s()
+        if interval_s is None:
+            return
+        while self._queue:
+            waiter = self._queue[-1]
+            if waiter.done() or waiter.get_loop().is_closed():
+                self._queue.pop()  # nobody waits on it any more
+                self._waiters.pop(waiter, None)
+                continue
+            enqueued_at, allowed_s = self._waiters[waiter]
+            if now - enqueued_at + len(self._queue) * interval_s <= allowed_s:
+                break
+            self._queue.pop()
+            del self._waiters[waiter]
+            waiter.set_result(False)
+            self.refused_predicted += 1
         self._note_if_empty()
 
     def _expire(self, waiter: asyncio.Future[bool]) -> None:
         if not waiter.done():
             waiter.set_result(False)
+            self.refused_late += 1
             self._forget(waiter)
 
     def _forget(self, waiter: asyncio.Future[bool]) -> None:
+        self._waiters.pop(waiter, None)
         try:
             self._queue.remove(waiter)
         except ValueError:
@@ -223,8 +310,11 @@ class Gate:
         self._note_if_empty()
 
     def _note_if_empty(self) -> None:
+        """When the queue is empty: note the time (the controlled delay) and end the busy
+        period (its departure interval is measured afresh by the next)."""
         if not self._queue:
             self._last_empty = self.clock()
+            self._departures = 0
 
 
 @dataclass
@@ -237,7 +327,7 @@ class Admission:
     max_health: int
     max_waiting: int
     retry_after_s: int
-    target_s: float = 1.0
+    target_s: float = 1.5
     saturated_wait_s: float = 0.5
     max_queued: int = 1000
     api: Gate = field(init=False)

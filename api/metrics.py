@@ -129,10 +129,12 @@ class AdmissionCollector(Collector):
                                 value=gate.longest_wait_s)
         refused = CounterMetricFamily(
             "grader_api_requests_refused", "Requests answered 503 overloaded, by reason: the "
-            "queue was full, the wait exceeded its allowance, or a health check or long-poll "
-            "found its own bound reached", labels=["reason"])
+            "queue was full, the wait exceeded its allowance, the queue's drain rate said it "
+            "would, or a health check or long-poll found its own bound reached",
+            labels=["reason"])
         refused.add_metric(["queue_full"], gate.refused_full)
         refused.add_metric(["waited_too_long"], gate.refused_late)
+        refused.add_metric(["predicted_too_long"], gate.refused_predicted)
         refused.add_metric(["health_or_long_poll"], admission.refused_other)
         yield refused
 

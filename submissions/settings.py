@@ -101,9 +101,11 @@ class Settings(BaseSettings):
     api_max_waiting: int = Field(2000, ge=0, description="long-polls (GET ...?wait=) waiting "
                                  "at once; they hold no thread or connection while waiting")
     api_retry_after_s: int = Field(1, ge=1, description="Retry-After of an `overloaded` 503")
-    api_queue_target_s: float = Field(1.0, gt=0, le=60, description="longest wait (seconds) "
+    api_queue_target_s: float = Field(1.5, gt=0, le=60, description="longest wait (seconds) "
                                       "of a request for a place while the queue has drained "
-                                      "within this long (a burst); beyond it 503 overloaded")
+                                      "within this long (a burst); beyond it, or as soon as "
+                                      "the queue's drain rate says it would wait longer, 503 "
+                                      "overloaded")
     api_queue_saturated_wait_s: float = Field(0.5, gt=0, le=60, description="longest wait "
                                               "(seconds) for a place once the queue has stayed "
                                               "non-empty for longer than api_queue_target_s "

@@ -57,6 +57,7 @@ def test_metrics_expose_this_processs_admission(app_factory, settings) -> None:
     assert "grader_api_requests_queued 0.0" in text
     assert 'grader_api_requests_refused_total{reason="queue_full"} 1.0' in text
     assert 'grader_api_requests_refused_total{reason="waited_too_long"} 0.0' in text
+    assert 'grader_api_requests_refused_total{reason="predicted_too_long"} 0.0' in text
     assert "grader_api_requests_admitted_after_wait_total 0.0" in text
 
 

@@ -1,9 +1,9 @@
 """Backpressure against a real `grader serve` process (uvicorn, a real port), on SQLite and
 on PostgreSQL: 150 concurrent GETs of one submission get 200 or 503 + Retry-After, never a
-500 and never a hang; a 503 comes only after the request waited in the queue for its
-allowance (issue 38), never at once; long-polls hold no request place while they wait;
-/healthz answers at once right after and the API recovers within seconds (issue 10: ~55
-concurrent GETs locked it up). tests/service/api/test_admission_load.py has the issue-38
+500 and never a hang; a 503 comes only from the queue (its allowance ran out, or its
+measured drain rate said it would: issue 38), never for finding every place taken; long-polls
+hold no request place while they wait; /healthz answers at once right after and the API
+recovers within seconds (issue 10: ~55 concurrent GETs locked it up). tests/service/api/test_admission_load.py has the issue-38
 bursts on the default settings."""
 
 from __future__ import annotations
@@ -114,9 +114,10 @@ def test_a_saturated_api_answers_503_with_retry_after_never_500(committed_db, tm
         assert set(statuses) <= {200, 503}, statuses
         assert statuses[200] > 0
         assert all(ra is not None and ra.isdigit() for status, ra, _s in burst if status == 503)
-        # Refused after waiting (the saturated allowance at least, 0.5 s), not for finding
-        # every place taken: the queue (1000) is never full here.
-        assert all(s >= 0.45 for status, _ra, s in burst if status == 503), burst
+        # Refused from the queue (the allowance ran out, or the measured drain rate said it
+        # would), not for finding every place taken: the queue (1000) is never full here.
+        series = httpx.get(f"{base_url}/metrics", timeout=10).text
+        assert 'grader_api_requests_refused_total{reason="queue_full"} 0.0' in series
         assert max(s for *_x, s in burst) < 15  # nobody waits for a pool timeout
         assert {status for status, _ra, _s in polls} <= {200, 503}
         assert health[0][0] == 200 and health[0][2] < 2.0
