@@ -389,7 +389,7 @@ class PlanBuilder:
             labels = {call_id: call.label for call_id, call in self.plan.calls().items()}
             return evaluate_output_contract(check, evidence, hint=hint, device=device, labels=labels)
 
-        return PlannedCheck(decl.name, calls, evaluate)
+        return PlannedCheck(decl.name, calls, evaluate, reads_replay=on_gpu)
 
     def _raises(self, name: str):
         hint = self.hint(name)

@@ -401,6 +401,10 @@ class PlannedCheck:
             crash the process, e.g. large_offsets, must not take the others' verdicts with it).
         skip_reason: when set, the check is not run and is reported as skipped with this reason
             (e.g. GPU-only checks on the CPU interpreter).
+        reads_replay: evaluated again once the trusted replay's evidence is in (on a GPU the
+            checks are evaluated before the replay ends, to decide whether the benchmark rows
+            count, and again after it: the aggregate checks always, a check with calls only when
+            this is set, e.g. output_contract, whose "inputs untouched" the replay observes).
     """
 
     name: str
@@ -408,6 +412,7 @@ class PlannedCheck:
     evaluate: Callable[[PlannedCheck, CheckEvidence], CheckOutcome]
     isolated: bool = False
     skip_reason: str | None = None
+    reads_replay: bool = False
 
 
 class Plan:

@@ -23,7 +23,8 @@ def evaluate_checks(plan: Plan, evidence: CheckEvidence, finished: set[str], run
     """Every check's outcome, in plan order; checks whose step never finished are listed as not
     run, skipped checks with their reason. Each check's evaluate sees the outcomes before it
     (``evidence.earlier``). With ``previous``, only the aggregate checks (no calls of their own:
-    they read the whole run, e.g. the replayed outputs) are evaluated again; the others keep
+    they read the whole run, e.g. the replayed outputs) and the checks that read the trusted
+    replay's evidence of their own calls (``reads_replay``) are evaluated again; the others keep
     their outcome.
 
     ``stopped_early``: the run was stopped after a check failed (fail fast,
@@ -33,7 +34,7 @@ def evaluate_checks(plan: Plan, evidence: CheckEvidence, finished: set[str], run
     early never passes."""
     outcomes: list[CheckOutcome] = []
     for index, check in enumerate(plan.checks):
-        if previous is not None and check.calls:
+        if previous is not None and check.calls and not check.reads_replay:
             outcome = previous[index]
         elif check.skip_reason is not None:
             outcome = CheckOutcome(name=check.name, passed=False, skipped=True, message=check.skip_reason)
