@@ -249,6 +249,13 @@ def assemble(*, spec: BenchmarkSpec, student_rows: dict[str, dict], peers_doc: d
                 if result.get("error") or any(not v.get("passed") for v in bad.values()):
                     impls[peer]["flags"] = ["peer failed or wrong: " + str(result.get("error") or bad)[:300]]
         flags = student_flags(impls[STUDENT], floor_min) if math.isfinite(floor_min) else ["no floor"]
+        if not flags and not median_of(impls.get(spec.baseline, {}).get("graph")):
+            # Said, not left as "some rows were not timed": on the H200 (2026-12-05) the peers
+            # child left attention_backward's bf16 rows without any peer and no word why.
+            why = p_entry.get("error") or (f"its time failed: {impls[spec.baseline]['flags'][0]}"
+                                          if impls.get(spec.baseline, {}).get("flags") else
+                                          "the peers child left no time for it")
+            flags = [f"baseline {spec.baseline} not timed on this row: {str(why)[:300]}"]
         ratio, speedup = {}, {}
         for method in ("event", "graph"):
             s = median_of(impls[STUDENT].get(method))
@@ -296,6 +303,11 @@ def assemble(*, spec: BenchmarkSpec, student_rows: dict[str, dict], peers_doc: d
         })
     if missing:
         global_flags.append(f"not measured: {', '.join(sorted(missing))}, so no floor could be checked")
+    returncode = peers_doc.get("returncode", 0)
+    if returncode != 0 and any(not (peer_rows.get(r["id"]) or {}).get("impls") for r in rows):
+        tail = str(peers_doc.get("log_tail") or "")[-400:].strip()
+        global_flags.append(f"the peers child ended with status {returncode} before timing every row"
+                            + (f": {tail}" if tail else ""))
     all_ranked = bool(out_rows) and all(r["ranked"] for r in out_rows) and not global_flags
     value = geometric_mean(speedups_graph) if all_ranked else None
     reason = None

@@ -349,6 +349,25 @@ def test_unreplayable_row_earns_no_score_and_says_why():
     assert result["headline"]["value"] is None and "tensor-descriptor" in result["headline"]["reason"]
 
 
+def test_rows_the_peers_child_never_timed_say_so():
+    """As on the H200 (2026-12-05): the peers child ended early and left the last rows with no
+    peer; the headline says which row lacks its baseline and how the child ended."""
+    rows, options, peers, student = _docs()
+    peers["rows"] = peers["rows"][:1]
+    peers["returncode"], peers["log_tail"] = -9, "RuntimeError: out of space\n"
+    result = _assemble(rows, options, peers, student)
+    assert result["headline"]["value"] is None
+    reason = result["headline"]["reason"]
+    assert "the peers child ended with status -9 before timing every row: RuntimeError: out of space" in reason
+    assert result["rows"][0]["ranked"]
+    assert result["rows"][1]["flags"] == ["baseline torch_fp32_expression not timed on this row: "
+                                          "the peers child left no time for it"]
+    del peers["returncode"]  # a child that ended well but left a row out: the row says so alone
+    result = _assemble(rows, options, peers, student)
+    assert "peers child ended" not in result["headline"]["reason"]
+    assert "not timed on this row" in result["headline"]["reason"]
+
+
 def test_statistics_are_computed_here_from_the_raw_samples():
     rows, options, peers, student = _docs()
     student[rows[0]["id"]]["graph"] = {"samples_s": [1e-4, 3e-4, 2e-4], "stop": "budget", "median_s": 1.0}
