@@ -142,29 +142,24 @@ def _ratio(out: torch.Tensor, expected: torch.Tensor, scale: torch.Tensor, slack
     return err / tolerance.allowed(expected, scale, slack)
 
 
+def _not_row_major(spec) -> bool:
+    """The tensor argument ``spec`` is not a contiguous row-major view (axes of size 1 aside)."""
+    expected_stride, step = [], 1
+    for size in reversed(spec.size):
+        expected_stride.insert(0, step)
+        step *= size
+    return any(size > 1 and stride != want for size, stride, want in zip(spec.size, spec.stride, expected_stride))
+
+
 def _strided(call: PlannedCall) -> bool:
     """Some tensor input of ``call`` is not a contiguous row-major view."""
-    for spec in call.tensors():
-        expected_stride, step = [], 1
-        for size in reversed(spec.size):
-            expected_stride.insert(0, step)
-            step *= size
-        if any(size > 1 and stride != want for size, stride, want in zip(spec.size, spec.stride, expected_stride)):
-            return True
-    return False
+    return any(_not_row_major(spec) for spec in call.tensors())
 
 
 def _strided_advice(call: PlannedCall) -> str:
     """STRIDED_ADVICE in the words of the call's strided inputs: a 1-D input (a bias, mean,
     rstd) has one stride, t.stride(0), not x.stride(0), x.stride(1)."""
-    ranks = set()
-    for spec in call.tensors():
-        expected_stride, step = [], 1
-        for size in reversed(spec.size):
-            expected_stride.insert(0, step)
-            step *= size
-        if any(size > 1 and stride != want for size, stride, want in zip(spec.size, spec.stride, expected_stride)):
-            ranks.add(len(spec.size))
+    ranks = {len(spec.size) for spec in call.tensors() if _not_row_major(spec)}
     if ranks == {1}:
         return (" These inputs are strided views and the same kernel was right on contiguous ones: the strided ones"
                 " here are 1-D (a bias, mean, rstd or target with a step between elements): load each with its own"
