@@ -25,7 +25,7 @@ from pathlib import Path
 from grader.assignments.protocol import Assignment
 from grader.benchmark.options import BenchmarkOptions, benchmark_rows
 from grader.benchmark.verify import verify_rows
-from grader.harness.protocol import PeerRowPlan, PeersPlan, PeersResult, TimingOptions
+from grader.harness.protocol import PeerRowPlan, PeersEnding, PeersPlan, PeersResult, TimingOptions
 from grader.sandbox.run import HARNESS_SOURCE, stage_harness
 from grader.version import grader_version, package_version
 
@@ -76,15 +76,48 @@ def run_peers(assignment: Assignment, *, options: BenchmarkOptions | None = None
               rows: list[dict] | None = None) -> dict:
     """Time the peers and the copy bandwidth in a child that never imports a submission.
 
+    A child that ended badly (a non-zero status) before reaching every row is followed by one
+    more child for the rows it did not reach; how the first one ended is kept in
+    ``earlier_endings`` (a ``PeersEnding`` each) and shown beside the benchmark. The peers are
+    trusted code and their timings do not depend on the process that made them (each child
+    measures from a cold start, with its own warm-up), so the second child's rows are as good
+    as the first's; the floors use the first child's measured bandwidth and peaks throughout.
+    A child that ran out of its time (``peers_timeout_s``) is not followed: the time is spent.
+
     Returns {"gpu", "versions", "copy_bandwidth", "rows": [{id, impls: {...}}], ...} with each
-    implementation's outputs already re-verified (``verified``) and ``duration_s`` (seconds).
+    implementation's outputs already re-verified (``verified``), ``returncode`` and
+    ``log_tail`` of the last child, and ``duration_s`` (seconds, every child together).
     """
     options = options or BenchmarkOptions()
     rows = rows or benchmark_rows(assignment.benchmark, options)
+    started = time.monotonic()
+    document = _one_peers_child(assignment, options=options, settings=settings, rows=rows)
+    reached = {entry.get("id") for entry in document.get("rows", [])}
+    rest = [row for row in rows if row["id"] not in reached]
+    returncode = document.get("returncode")
+    if rest and returncode not in (0, None):
+        ending = PeersEnding(returncode=returncode, log_tail=document.get("log_tail") or "",
+                             rows_done=len(reached))
+        second = _one_peers_child(assignment, options=options, settings=settings, rows=rest)
+        for key, value in second.items():
+            if key == "rows":
+                continue
+            if key in ("returncode", "log_tail", "complete", "error", "finished_unix", "gpu_after") \
+                    or document.get(key) in (None, {}, []):
+                document[key] = value
+        document["rows"] = [*document.get("rows", []), *second.get("rows", [])]
+        document["earlier_endings"] = [*document.get("earlier_endings", []), ending.model_dump()]
+    document["duration_s"] = time.monotonic() - started
+    return document
+
+
+def _one_peers_child(assignment: Assignment, *, options: BenchmarkOptions, settings, rows: list[dict]) -> dict:
+    """One peers child on ``rows`` in a fresh work folder: its document (``PeersResult`` as a
+    dict, or {"error", "rows": []} when it left none), its outputs re-verified, with its
+    ``returncode`` (None when it ran out of ``peers_timeout_s``) and the end of its log."""
     work_root = getattr(settings, "work_root", None) if settings is not None else None
     workdir = Path(tempfile.mkdtemp(prefix="bench-peers-", dir=work_root))
     harness = _stage(assignment, settings)
-    started = time.monotonic()
     try:
         shutil.copy(assignment.reference_file, workdir / "course_reference.py")
         peer_options = BenchmarkOptions(**{**asdict(options), "save_full": False})
@@ -105,7 +138,6 @@ def run_peers(assignment: Assignment, *, options: BenchmarkOptions | None = None
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         shutil.rmtree(harness.parent, ignore_errors=True)
-    document["duration_s"] = time.monotonic() - started
     return document
 
 

@@ -51,6 +51,8 @@ def print_benchmark(result: dict, console, *, assignment: str) -> None:
             "; ".join(row["flags"])[:80] or "ok",
         )
     console.print(table)
+    for note in result.get("peers_earlier_endings") or []:
+        console.print(f"note: {note}", markup=False)
     head = result.get("headline") or {}
     if head.get("value") is not None:
         console.print(f"headline {head['name']} = [bold]{head['value']:.3f}[/] (baseline {head.get('baseline')}, graph timing)")

@@ -208,6 +208,14 @@ def student_flags(result: dict | None, floor_min: float) -> list[str]:
     return flags
 
 
+def _ending_note(ending: dict, total_rows: int) -> str:
+    """A peers child that ended early (a ``PeersEnding``), in words: not a flag (a second child
+    timed the rows it did not reach), but said beside the benchmark."""
+    tail = str(ending.get("log_tail") or "")[-400:].strip()
+    return (f"a peers child ended with status {ending.get('returncode')} after finishing {ending.get('rows_done')} "
+            f"of {total_rows} rows; a second one timed the rest" + (f": {tail}" if tail else ""))
+
+
 def assemble(*, spec: BenchmarkSpec, student_rows: dict[str, dict], peers_doc: dict, rows: list[dict],
              options: BenchmarkOptions, global_flags: list[str] | None = None, sandbox: str | None = None,
              student_info: dict | None = None) -> dict:
@@ -339,6 +347,7 @@ def assemble(*, spec: BenchmarkSpec, student_rows: dict[str, dict], peers_doc: d
         "sandbox": sandbox,
         "flags": global_flags,
         "rows": out_rows,
+        "peers_earlier_endings": [_ending_note(ending, len(rows)) for ending in peers_doc.get("earlier_endings") or []],
         "timings_s": {"peers_child": peers_doc.get("duration_s"),
                       "replay_child": (student_info or {}).get("duration_s")},
         "log": (student_info or {}).get("log"),

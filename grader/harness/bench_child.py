@@ -23,14 +23,17 @@ Protocol (WORKDIR):
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import importlib.util
 import os
+import resource
 import sys
 import time
 import traceback
 
 import torch
+from safetensors.torch import save_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # python -I leaves the script's folder out
 import protocol  # noqa: E402
@@ -231,6 +234,25 @@ def _compiled_peer():
     return torch.compile(bench.COMPILED_PEER[1], dynamic=False, fullgraph=True)
 
 
+def process_state(workdir: str) -> dict[str, int]:
+    """This process's resources after a row: open descriptors, threads, peak resident set
+    (bytes) and the free bytes of its work folder's filesystem. Recorded per row so that a
+    child that ends early shows what it was running out of (on the H200, 2026-12-05, it ended
+    inside gradings only, with nothing in its log)."""
+    state: dict[str, int] = {"max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    try:
+        state["open_fds"] = len(os.listdir("/proc/self/fd"))
+        state["threads"] = len(os.listdir("/proc/self/task"))
+    except OSError:
+        pass
+    try:
+        info = os.statvfs(workdir)
+        state["workdir_free_bytes"] = info.f_bavail * info.f_frsize
+    except OSError:
+        pass
+    return state
+
+
 def _write(workdir: str, name: str, document: dict) -> None:
     """Write the result so far as a ``protocol.PeersResult`` (the parent reads the same model)."""
     tmp = os.path.join(workdir, name + ".tmp")
@@ -239,10 +261,41 @@ def _write(workdir: str, name: str, document: dict) -> None:
     os.replace(tmp, os.path.join(workdir, name))
 
 
+def _time_row_of_plan(workdir: str, index: int, row: protocol.PeerRowPlan, entry: dict, impls: dict,
+                      opts: dict, timer: Timer, plan: protocol.PeersPlan) -> bool:
+    """Time every implementation on one row of the plan into ``entry``; True when one of them
+    left a CUDA error that poisons the process (the rows after it are skipped)."""
+    shape, dtype = tuple(row.shape), DTYPES[row.dtype]
+    sets = [bench.make_inputs(shape, dtype, stage_seed(row.seed, 0, k)) for k in range(opts["sets"])]
+    saved: dict = {}
+    full_set = (index % opts["sets"]) if opts.get("save_full", False) else None
+    fatal = False
+    for name, fn in impls.items():
+        if fn is None:
+            try:
+                fn = _compiled_peer()
+            except Exception as exc:  # noqa: BLE001
+                entry["impls"][name] = {"error": f"torch.compile unavailable: {type(exc).__name__}: {exc}"}
+                continue
+        entry["impls"][name] = time_row(name, fn, row, opts, timer, sets, saved, full_set, plan.selection)
+        if entry["impls"][name].get("fatal"):
+            fatal = True
+            break
+        gc.collect()
+    if opts.get("streaming_probe", True) and not fatal:
+        entry["streaming_probe"] = time_streaming_probe(timer, sets)
+    if saved:
+        save_file(saved, os.path.join(workdir, f"bench_out_{index}.safetensors"))
+        entry["outputs_file"] = f"bench_out_{index}.safetensors"
+    return fatal
+
+
 def main(workdir: str) -> int:
     global bench
-    from safetensors.torch import save_file
-
+    # A fatal signal (SIGSEGV, SIGABRT, SIGBUS...) prints every thread's Python stack on
+    # stderr, which the parent keeps as the end of the log: otherwise a child killed in native
+    # code leaves only its exit status.
+    faulthandler.enable()
     bench = _load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), "assignment_bench.py"),
                          "assignment_bench")
     with _open(os.path.join(workdir, "bench_plan.json"), encoding="utf-8") as handle:
@@ -287,30 +340,14 @@ def main(workdir: str) -> int:
         if fatal:
             entry["error"] = "skipped: an earlier CUDA error poisoned the process"
             continue
-        shape, dtype = tuple(row.shape), DTYPES[row.dtype]
-        sets = [bench.make_inputs(shape, dtype, stage_seed(row.seed, 0, k)) for k in range(opts["sets"])]
-        saved: dict = {}
-        full_set = (index % opts["sets"]) if opts.get("save_full", False) else None
-        for name, fn in impls.items():
-            if fn is None:
-                try:
-                    fn = _compiled_peer()
-                except Exception as exc:  # noqa: BLE001
-                    entry["impls"][name] = {"error": f"torch.compile unavailable: {type(exc).__name__}: {exc}"}
-                    continue
-            entry["impls"][name] = time_row(name, fn, row, opts, timer, sets, saved, full_set, plan.selection)
-            if entry["impls"][name].get("fatal"):
-                fatal = True
-                break
-            gc.collect()
-        if opts.get("streaming_probe", True) and not fatal:
-            entry["streaming_probe"] = time_streaming_probe(timer, sets)
-        if saved:
-            save_file(saved, os.path.join(workdir, f"bench_out_{index}.safetensors"))
-            entry["outputs_file"] = f"bench_out_{index}.safetensors"
-        del sets, saved
+        try:
+            fatal = _time_row_of_plan(workdir, index, row, entry, impls, opts, timer, plan)
+        except Exception as exc:  # noqa: BLE001 - the row's inputs or its output file failed: said on the row
+            entry["error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
+            entry["traceback"] = "".join(traceback.format_exception(exc))[-3000:]
         gc.collect()
         torch.cuda.empty_cache()
+        entry["process"] = process_state(workdir)
         _write(workdir, "bench_progress.json", document)
     document["gpu_after"] = {k: v for k, v in gpu_info().items() if "clock" in k or k in ("temperature_c", "power_w")}
     document["finished_unix"] = time.time()

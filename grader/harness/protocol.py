@@ -864,6 +864,19 @@ class PeerRowResult(_Model):
     streaming_probe: dict[str, Any] | None = None
     outputs_file: Name | None = None
     error: Message | None = None
+    traceback: Message | None = None
+    #: bench_child.process_state after the row: open_fds, threads, max_rss_bytes,
+    #: workdir_free_bytes.
+    process: dict[Name, int] = Field(default_factory=dict)
+
+
+class PeersEnding(_Model):
+    """How a peers child that ended before timing every row ended (``run_peers`` then starts a
+    second one for the rows it did not reach)."""
+
+    returncode: int | None
+    log_tail: Message = ""
+    rows_done: int
 
 
 class PeersResult(_Model):
@@ -896,3 +909,4 @@ class PeersResult(_Model):
     log_tail: Message = ""
     duration_s: float | None = None
     cached_from: Message | None = None
+    earlier_endings: list[PeersEnding] = Field(default_factory=list)

@@ -368,6 +368,98 @@ def test_rows_the_peers_child_never_timed_say_so():
     assert "not timed on this row" in result["headline"]["reason"]
 
 
+def test_a_second_peers_child_fills_the_rows_the_first_did_not_reach_and_is_said():
+    """A first child that ended badly leaves its earlier rows; the rows a second child timed
+    rank as the first's would have, and the benchmark says how the first one ended."""
+    rows, options, peers, student = _docs()
+    peers["rows"][1]["impls"]["reference"]["graph"] = _samples(70e-6)  # as timed by the second child
+    peers["earlier_endings"] = [{"returncode": -6, "log_tail": "Fatal Python error: Aborted\n", "rows_done": 1}]
+    result = _assemble(rows, options, peers, student)
+    assert result["headline"]["value"] is not None and result["headline"]["reason"] is None
+    assert result["peers_earlier_endings"] == [
+        f"a peers child ended with status -6 after finishing 1 of {len(rows)} rows; a second one timed the rest: "
+        "Fatal Python error: Aborted"]
+
+
+#: A stand-in for the peers child (grader/harness/bench_child.py) with its file protocol: it
+#: reads the plan and writes PeersResult documents; while MARKER does not exist it creates it,
+#: reports its first row as done and dies like a child killed by the kernel, with a last word.
+_DYING_PEERS_CHILD = """
+import json, os, signal, sys
+work, marker = sys.argv[1], {marker!r}
+plan = json.load(open(os.path.join(work, "bench_plan.json")))
+ids = [row["id"] for row in plan["rows"]]
+def write(name, done, **extra):
+    rows = [{{"id": i, "impls": {{"torch_fp32_expression": {{"error": "plan " + ",".join(ids)}}}}}} for i in done]
+    json.dump({{"mode": "peers", "rows": rows, "copy_bandwidth": {{"bytes_per_s": 1e12}}, **extra}},
+              open(os.path.join(work, name), "w"))
+if not os.path.exists(marker):
+    open(marker, "w").close()
+    write("bench_progress.json", ids[:1], copy_bandwidth={{"bytes_per_s": 2e12}})
+    print("terminate called: Resource temporarily unavailable", file=sys.stderr, flush=True)
+    os.kill(os.getpid(), signal.SIGABRT)
+write("bench_result.json", ids, copy_bandwidth={{"bytes_per_s": 3e12}})
+"""
+
+
+def _dying_peers_harness(monkeypatch, tmp_path, *, dies: bool):
+    from grader.benchmark import children
+
+    marker, staged = tmp_path / "died-once", []
+    if not dies:
+        marker.touch()
+
+    def stage(assignment, settings):
+        folder = tmp_path / f"harness-{len(staged)}"
+        staged.append(folder)
+        folder.mkdir()
+        (folder / "bench_child.py").write_text(_DYING_PEERS_CHILD.format(marker=str(marker)))
+        return folder / "bench_child.py"
+
+    monkeypatch.setattr(children, "_stage", stage)
+    return children, staged
+
+
+def test_a_peers_child_that_dies_is_followed_by_one_for_the_rows_it_left(monkeypatch, tmp_path):
+    """As on the H200 (2026-12-05), where the peers child ended inside gradings after the
+    float16 rows: a second real child is planned with the rows the first did not finish only,
+    and the document keeps the first's measured bandwidth and how it ended."""
+    children, staged = _dying_peers_harness(monkeypatch, tmp_path, dies=True)
+    options = bench.BenchmarkOptions(shapes=((64, 64), (128, 64), (256, 64)), dtypes=("float32",))
+    rows = benchmark_rows(SPEC, options)
+    document = children.run_peers(ASSIGNMENT, options=options, rows=rows)
+    ids = [row["id"] for row in rows]
+    assert [entry["id"] for entry in document["rows"]] == ids
+    planned = [entry["impls"]["torch_fp32_expression"]["error"] for entry in document["rows"]]
+    assert planned == [f"plan {ids[0]},{ids[1]},{ids[2]}", f"plan {ids[1]},{ids[2]}", f"plan {ids[1]},{ids[2]}"]
+    assert document["copy_bandwidth"] == {"bytes_per_s": 2e12}, "the floors keep the first child's measurement"
+    assert document["returncode"] == 0 and document["complete"]
+    [ending] = document["earlier_endings"]
+    assert ending["returncode"] == -6 and ending["rows_done"] == 1
+    assert "Resource temporarily unavailable" in ending["log_tail"]
+    assert len(staged) == 2
+
+
+def test_each_row_of_the_peers_child_records_what_it_might_run_out_of(tmp_path):
+    """bench_child.process_state: written into every row (PeerRowResult.process), so the end of
+    a child that stops early shows its descriptors, threads, memory and free work space."""
+    from grader.harness import bench_child
+    from grader.harness.protocol import PeerRowResult
+
+    state = bench_child.process_state(str(tmp_path))
+    assert state["open_fds"] > 2 and state["threads"] >= 1 and state["max_rss_bytes"] > 10 << 20
+    assert state["workdir_free_bytes"] > 0
+    assert PeerRowResult(id="64x64/float32", process=state).process == state
+
+
+def test_a_peers_child_that_ended_well_is_not_run_again(monkeypatch, tmp_path):
+    children, staged = _dying_peers_harness(monkeypatch, tmp_path, dies=False)
+    options = bench.BenchmarkOptions(shapes=((64, 64),), dtypes=("float32",))
+    document = children.run_peers(ASSIGNMENT, options=options, rows=benchmark_rows(SPEC, options))
+    assert document["returncode"] == 0 and document["earlier_endings"] == []
+    assert len(staged) == 1
+
+
 def test_statistics_are_computed_here_from_the_raw_samples():
     rows, options, peers, student = _docs()
     student[rows[0]["id"]]["graph"] = {"samples_s": [1e-4, 3e-4, 2e-4], "stop": "budget", "median_s": 1.0}
