@@ -153,6 +153,15 @@ def iso_utc(moment: dt.datetime) -> str:
     return moment.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
 
 
+@dataclass(frozen=True)
+class SettingsChanged:
+    """What ``update`` changed: the assignment's row (refreshed) and the names of the settings
+    whose stored value differs from before."""
+
+    row: Assignment
+    fields: frozenset[str]
+
+
 def update(
     session: Session,
     *,
@@ -161,10 +170,11 @@ def update(
     actor: audit.Actor,
     now: dt.datetime,
     confirm_past_due: bool = False,
-) -> Assignment:
+) -> SettingsChanged:
     """Apply `changes` (column -> new value; only keys of EDITABLE) to the settings of
     `name`, check that the result is consistent, and record the change in the audit log
-    (old and new values).
+    (old and new values). Grades that follow from the settings are not re-derived here:
+    ``service.update_assignment`` does that (slip days read grades, which read this module).
 
     ``speed_points`` is a sequence of `SpeedThreshold` (or of mappings with
     ``min_speedup`` and ``points``). Times must be aware (stored in UTC).
@@ -247,12 +257,7 @@ def update(
     audit.record(session, actor=actor, action="assignment.update", now=now,
                  target_type="assignment", target_id=row.name, assignment=row.name,
                  details={"before": before, "after": after})
-    if before != after and set(values) & RULES_OF_SLIP_DAYS:
-        # Imported here: slip_days reads grades, which reads this module.
-        from submissions import slip_days
-        slip_days.rederive_all(session, now=now)
-        session.refresh(row)
-    return row
+    return SettingsChanged(row=row, fields=frozenset(f for f in values if before[f] != after[f]))
 
 
 def _valid_check_points(row: Assignment, points: Mapping[str, Any]) -> dict[str, float]:

@@ -16,14 +16,14 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from submissions.cli_transaction import EXIT_ERROR, run_in_transaction
+
 logger = logging.getLogger("submissions.cli")
 
-EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
+EXIT_OK, EXIT_FAILED = 0, 1
 
 
 def _configure_logging(verbose: bool = False) -> None:
@@ -111,38 +111,6 @@ def worker(argv: list[str]) -> int:
 # ------------------------------------------------------------------- database commands
 
 
-@contextmanager
-def _transaction() -> Iterator[Any]:
-    """One migrated database session for a command: committed if the block succeeds."""
-    from submissions.db import create_session_factory, engine_from_settings
-    from submissions.migrations import upgrade_to_head
-    from submissions.settings import get_settings
-
-    settings = get_settings()
-    upgrade_to_head(database_url=settings.database_url)
-    engine = engine_from_settings(settings)
-    try:
-        with create_session_factory(engine).begin() as session:
-            yield session
-    finally:
-        engine.dispose()
-
-
-def _run(action: Callable[[Any], int]) -> int:
-    """Run `action(session)` in one transaction; a domain error (nothing is written) is
-    printed with its code and gives exit code 2."""
-    from submissions.errors import DomainError
-
-    try:
-        with _transaction() as session:
-            return action(session)
-    except DomainError as exc:
-        print(f"error ({exc.code}): {exc.message}", file=sys.stderr)
-        for problem in exc.details.get("errors", []) if isinstance(exc.details, dict) else []:
-            print(f"  line {problem.get('line')}: {problem.get('message')}", file=sys.stderr)
-        return EXIT_ERROR
-
-
 # --------------------------------------------------------------------------- students
 
 
@@ -214,7 +182,7 @@ def students(argv: list[str]) -> int:
 
     actions = {"add": add_student, "list": list_students, "import": import_roster,
                "rotate-token": rotate_token}
-    return _run(actions[args.command])
+    return run_in_transaction(actions[args.command])
 
 
 # ------------------------------------------------------------------------------ staff
@@ -262,7 +230,7 @@ def staff(argv: list[str]) -> int:
         return EXIT_OK
 
     actions = {"add": add_member, "list": list_members, "rotate-token": rotate_token}
-    return _run(actions[args.command])
+    return run_in_transaction(actions[args.command])
 
 
 def lti(argv: list[str]) -> int:

@@ -12,7 +12,9 @@ import hashlib
 import math
 import secrets
 import unicodedata
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -236,6 +238,23 @@ def authenticate_student(session: Session, *, token: str) -> Student | None:
 
 
 # --------------------------------------------------------------------------- uploads
+
+
+def update_assignment(session: Session, *, name: str, changes: Mapping[str, Any], actor: audit.Actor,
+                      now: dt.datetime, confirm_past_due: bool = False) -> Assignment:
+    """Change an assignment's settings (``assignments.update``: its checks, errors and audit
+    record) and re-derive what follows from them at once: when a rule slip days depend on
+    changed (``assignments.RULES_OF_SLIP_DAYS``), every student's slip days
+    (``slip_days.rederive_all``). Returns the assignment's row, refreshed.
+
+    Raises: as ``assignments.update``.
+    """
+    changed = assignments.update(session, name=name, changes=changes, actor=actor, now=now,
+                                 confirm_past_due=confirm_past_due)
+    if changed.fields & assignments.RULES_OF_SLIP_DAYS:
+        slip_days.rederive_all(session, now=now)
+        session.refresh(changed.row)
+    return changed.row
 
 
 def resolve_assignment(name: str) -> AssignmentManifest:

@@ -34,12 +34,12 @@ from api.schemas import (
 from api.views import assignment_view
 from grader.manifest import MANIFESTS
 from submissions import (
-    assignments,
     exports,
     extensions,
     final_runs,
     grades,
     repository,
+    service,
     standings,
 )
 from submissions.models import Extension, FinalRun, Grading
@@ -88,8 +88,8 @@ def update_assignment(
     a limit. A new due date in the past needs `confirm_past_due=true`. Recorded in the
     audit log with the old and new values; lateness and grades follow at once."""
     changes = body.model_dump(exclude_unset=True)
-    assignments.update(session, name=name, changes=changes, actor=principal.actor, now=now,
-                       confirm_past_due=confirm_past_due)
+    service.update_assignment(session, name=name, changes=changes, actor=principal.actor, now=now,
+                              confirm_past_due=confirm_past_due)
     return assignment_view(session, name=name, principal=principal, settings=settings, now=now)
 
 

@@ -33,7 +33,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     from submissions import audit, repository
-    from submissions.cli import _run
+    from submissions.cli_transaction import run_in_transaction
     from submissions.lti import keys, registrations
     from submissions.models import utc_now
     from submissions.settings import get_settings
@@ -82,7 +82,7 @@ def main(argv: list[str]) -> int:
         return _sync(settings)
     actions = {"register": do_register, "list": do_list, "remove": do_remove,
                "rotate-key": do_rotate, "status": do_status}
-    return _run(actions[args.command])
+    return run_in_transaction(actions[args.command])
 
 
 def _sync(settings: Any) -> int:

@@ -372,7 +372,7 @@ def _parse_thresholds(text: str) -> list[dict[str, str]] | str:
 def update_settings(request: Request, name: Annotated[str, Path(max_length=100)],
                     viewer: InstructorViewer, checked: CheckedForm, session: SessionDep,
                     settings: SettingsDep, now: NowDep) -> Response:
-    """Change the settings that differ from the stored ones (assignments.update, audited
+    """Change the settings that differ from the stored ones (service.update_assignment, audited
     with the old and new values), validated by the API's AssignmentUpdate schema."""
     _, form = checked
     row = assignments.load(session, name=name, now=now)
@@ -399,9 +399,9 @@ def update_settings(request: Request, name: Annotated[str, Path(max_length=100)]
     try:
         body = validated(AssignmentUpdate, raw)
         if changed:
-            assignments.update(session, name=name, changes=body.model_dump(exclude_unset=True),
-                               actor=viewer.principal.actor, now=now,
-                               confirm_past_due=bool(form.first("confirm_past_due")))
+            service.update_assignment(session, name=name, changes=body.model_dump(exclude_unset=True),
+                                      actor=viewer.principal.actor, now=now,
+                                      confirm_past_due=bool(form.first("confirm_past_due")))
     except DomainError as exc:
         session.rollback()
         current = assignment_view(session, name=name, principal=viewer.principal,
