@@ -781,7 +781,9 @@ class SimilarityRunRead(BaseModel):
     error_message: str | None
     tool: str | None = Field(description="the tool and its version, e.g. `copydetect 0.5.0`")
     parameters: dict[str, Any] | None
-    submissions_compared: int | None = Field(description="each student's latest submission")
+    submissions_compared: int | None = Field(
+        description="one per student: the counted submission (the one their grade comes from), "
+        "else the latest upload (`parameters.latest_upload_ids`)")
     sources_compared: int | None = Field(description="known sources: reference, public kernels")
     pairs_compared: int | None
     duration_s: float | None
@@ -796,6 +798,11 @@ class SimilaritySide(BaseModel):
     student_name: str | None = None
     source_id: int | None = None
     source_name: str | None = None
+    compared_as: Literal["counted", "latest_upload"] | None = Field(
+        None, description="a submission side: `counted` (the submission the student's grade "
+        "came from when the review ran) or `latest_upload` (nothing counted yet: no upload "
+        "graded yet under counting `best`; or a review from before counted submissions were "
+        "compared); null for a source")
     similarity: float = Field(description="this side's share of matched code, 0..1")
     fragments: list[tuple[int, int]] = Field(
         description="matched [start, end) character offsets into `text`, sorted")

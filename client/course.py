@@ -660,7 +660,8 @@ def _audit(client: ServiceClient, args: argparse.Namespace, console: Console) ->
 
 def _side(side: SimilaritySide) -> str:
     if side.kind == "submission":
-        return f"#{side.submission_id} {escape(side.student_name or '')}"
+        latest = " (latest upload)" if side.compared_as == "latest_upload" else ""
+        return f"#{side.submission_id} {escape(side.student_name or '')}{latest}"
     return f"source: {escape(side.source_name or '')}"
 
 

@@ -877,7 +877,9 @@ class SimilarityRun(Base):
 class SimilarityPair(Base):
     """A pair a run found at or above its threshold: a submission (left) and another
     student's submission or a known source (right), each side's share of matched code and
-    the matched fragments as ``[[start, end], ...]`` character offsets into its text."""
+    the matched fragments as ``[[start, end], ...]`` character offsets into its text. The
+    submission ids are the uploads compared: each student's counted submission when the run
+    read them, or their latest upload (the run's parameters say which)."""
 
     __tablename__ = "similarity_pairs"
     __table_args__ = (
@@ -909,3 +911,5 @@ class SimilarityPair(Base):
     right: Mapped[Submission | None] = relationship(foreign_keys=[right_submission_id],
                                                     viewonly=True)
     source: Mapped[SimilaritySource | None] = relationship(viewonly=True)
+    # Its run's parameters say what each side was (submissions/similarity.py compared_as).
+    run: Mapped[SimilarityRun] = relationship(viewonly=True)

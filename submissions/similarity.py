@@ -3,11 +3,13 @@ known public kernels, share more code than the starter template explains.
 
 - Staff queue a review of an assignment (`request_run`, audited); a worker claims it from
   ``similarity_runs`` when no grading is waiting (submissions/worker.py) and runs
-  `execute_run`: each student's latest submission of the assignment, compared with every
-  other and with every known source (the assignment's reference, read from the grader's
-  folder, and the public kernels staff added), the starter template subtracted, by the engine
-  of submissions/similarity_engine.py (copydetect), in a child process with a time and
-  memory limit (the texts are hostile). Never in a request: a class of 300 takes seconds to
+  `execute_run`: each student's counted submission of the assignment (the one their grade
+  comes from, chosen by the gradebook's one rule: `COUNTED`; their latest upload while
+  nothing counts yet: `LATEST_UPLOAD`), compared with every other and with every known
+  source (the assignment's reference, read from the grader's folder, and the public kernels
+  staff added), the starter template subtracted, by the engine of
+  submissions/similarity_engine.py (copydetect), in a child process with a time and memory
+  limit (the texts are hostile). Never in a request: a class of 300 takes seconds to
   a minute (docs/similarity/).
 - The latest finished run's pairs at or above a threshold are listed with both texts and
   their matched fragments; staff mark a pair reviewed (audited; a later run carries the mark
@@ -38,7 +40,7 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from submissions import assignments, audit, repository
+from submissions import assignments, audit, repository, standings
 from submissions.csv_cells import safe_cell
 from submissions.errors import (
     SimilarityPairNotFound,
@@ -83,8 +85,23 @@ CSV_COLUMNS = (
     "run_id", "pair_id", "similarity", "left_similarity", "right_similarity", "matched_chars",
     "left_submission_id", "left_student_id", "left_student", "right_kind",
     "right_submission_id", "right_student_id", "right_student", "right_source",
-    "reviewed_at", "reviewed_by", "review_note",
+    "reviewed_at", "reviewed_by", "review_note", "left_compared_as", "right_compared_as",
 )
+
+#: What a review compared of a student (`compared_as`): the submission their grade came from
+#: when the review ran (submissions/standings.py ``counted_submissions``), or their latest
+#: upload: nothing counted yet (counting ``best`` and none of their uploads graded yet), or a
+#: review run before the counted submission was compared (its parameters lack ``compared``).
+COUNTED, LATEST_UPLOAD = "counted", "latest_upload"
+
+
+def compared_as(run: SimilarityRun, submission_id: int) -> str:
+    """`COUNTED` or `LATEST_UPLOAD`: what `run` compared of the student of `submission_id`
+    (read from the run's ``parameters``: ``compared`` and ``latest_upload_ids``)."""
+    parameters = run.parameters or {}
+    if parameters.get("compared") != COUNTED:
+        return LATEST_UPLOAD
+    return LATEST_UPLOAD if submission_id in parameters.get("latest_upload_ids", ()) else COUNTED
 
 
 # ------------------------------------------------------------------------------ requests
@@ -276,7 +293,8 @@ def remove_source(session: Session, *, assignment: str, source_id: int, actor: a
 def csv_export(session: Session, *, assignment: str, min_similarity: float | None,
                actor: audit.Actor, now: dt.datetime) -> str:
     """The latest finished review's pairs (CSV_COLUMNS, most similar first; every cell
-    through `safe_cell`: names and source names are anyone's text); audited.
+    through `safe_cell`: names and source names are anyone's text; ``*_compared_as``:
+    `compared_as`, empty for a source); audited.
 
     Raises:
         UnknownAssignment, SimilarityThresholdInvalid: as `overview`.
@@ -298,7 +316,8 @@ def csv_export(session: Session, *, assignment: str, min_similarity: float | Non
             pair.right_submission_id, right.student_id if right else None,
             right.student.name if right else None, pair.source.name if pair.source else None,
             assignments.iso_utc(pair.reviewed_at) if pair.reviewed_at else None,
-            pair.reviewed_by, pair.review_note)])
+            pair.reviewed_by, pair.review_note, compared_as(view.run, pair.left_submission_id),
+            compared_as(view.run, right.id) if right is not None else None)])
     audit.record(session, actor=actor, action="similarity.export", now=now,
                  target_type="similarity_run", target_id=view.run.id, assignment=view.assignment,
                  details={"pairs": len(view.pairs), "min_similarity": view.min_similarity})
@@ -392,7 +411,8 @@ def _run_child(job: ReviewJob, *, timeout_s: float, cancel: threading.Event | No
 def execute_run(session_factory: sessionmaker[Session], claimed: ClaimedSimilarityRun, *,
                 now: Callable[[], dt.datetime] = utc_now, timeout_s: float | None = None,
                 cancel: threading.Event | None = None) -> bool:
-    """Run a claimed review: read what it compares (one short transaction), compare in a
+    """Run a claimed review: read what it compares (one short transaction: each student's
+    counted submission, else their latest upload, `COUNTED`; the known sources), compare in a
     child process (no transaction open; `timeout_s`, default REVIEW_TIMEOUT_S), store the
     pairs (one transaction, fenced by the lease). Returns True when the outcome was stored.
     A child that fails or runs out of time marks the run ``error`` with the reason (not
@@ -408,9 +428,12 @@ def execute_run(session_factory: sessionmaker[Session], claimed: ClaimedSimilari
                 session, assignment=manifest.name, name=REFERENCE_NAME, source_text=reference,
                 source_sha256=hashlib.sha256(reference.encode()).hexdigest(),
                 added_by=ACTOR_WORKER, now=now())
-        students = [DocumentIn(kind="submission", id=s.id, text=s.source_text)
-                    for s in repository.latest_submissions_per_student(session,
-                                                                       assignment=manifest.name)]
+        # The one rule of what counts (the gradebook's), never a second one here.
+        counted = standings.counted_submissions(session, assignment=manifest.name, now=now())
+        chosen = repository.submissions_to_review(session, assignment=manifest.name,
+                                                  counted_ids=counted.values())
+        latest_uploads = sorted(s.id for s in chosen if counted.get(s.student_id) != s.id)
+        students = [DocumentIn(kind="submission", id=s.id, text=s.source_text) for s in chosen]
         known = [DocumentIn(kind="source", id=s.id, text=s.source_text)
                  for s in repository.compared_similarity_sources(session,
                                                                  assignment=manifest.name)]
@@ -447,7 +470,8 @@ def execute_run(session_factory: sessionmaker[Session], claimed: ClaimedSimilari
             right_fragments=[list(f) for f in finding.right_fragments],
             reviewed_at=mark[0], reviewed_by=mark[1], review_note=mark[2]))
     parameters = {**result.parameters, "template": template is not None,
-                  "reference": reference is not None}
+                  "reference": reference is not None, "compared": COUNTED,
+                  "latest_upload_ids": latest_uploads}
     with session_factory.begin() as session:
         stored = repository.store_similarity_outcome(
             session, run_id=claimed.run_id, lease_token=claimed.lease_token, pairs=rows,

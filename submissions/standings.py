@@ -372,6 +372,21 @@ def _counted(rules: grades.AssignmentRules, by_student: dict[int, list[Submissio
     return counted_rows
 
 
+def counted_submissions(session: Session, *, assignment: str, now: dt.datetime) -> dict[int, int]:
+    """Each student's submission that counts for their grade, by student id: the board's
+    `Standing.graded_submission_id` (what the gradebook, the leaderboard and the exports
+    name; grades.AssignmentRules.choose_counted). A student with nothing counted yet (no
+    upload; or, counting ``best``, none graded yet) is left out. The similarity review
+    compares these (submissions/similarity.py).
+
+    Raises:
+        UnknownAssignment: not in the manifest.
+    """
+    return {s.student_id: s.graded_submission_id
+            for s in board(session, assignment=assignment, now=now).standings
+            if s.graded_submission_id is not None}
+
+
 def _unranked_order(rows: list[Standing]) -> list[Standing]:
     """Unranked rows: those with a submission first (by upload), then by student id."""
     return sorted(rows, key=lambda s: (s.submitted_at is None,

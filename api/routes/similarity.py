@@ -57,12 +57,14 @@ def pair_read(pair: SimilarityPair, *, with_text: bool = False) -> SimilarityPai
     left = SimilaritySide(
         kind="submission", submission_id=pair.left_submission_id,
         student_id=pair.left.student_id, student_name=pair.left.student.name,
+        compared_as=similarity.compared_as(pair.run, pair.left_submission_id),
         similarity=pair.left_similarity, fragments=[tuple(f) for f in pair.left_fragments],
         text=pair.left.source_text if with_text else None)
     if pair.right is not None:
         right = SimilaritySide(
             kind="submission", submission_id=pair.right_submission_id,
             student_id=pair.right.student_id, student_name=pair.right.student.name,
+            compared_as=similarity.compared_as(pair.run, pair.right.id),
             similarity=pair.right_similarity, fragments=[tuple(f) for f in pair.right_fragments],
             text=pair.right.source_text if with_text else None)
     else:
@@ -92,8 +94,9 @@ def source_read(source: SimilaritySource) -> SimilaritySourceRead:
 def start_similarity_review(name: AssignmentName, principal: StaffOnly, session: SessionDep,
                             now: NowDep, body: SimilarityRunCreate | None = None
                             ) -> SimilarityRunRead:
-    """Queue a similarity review (staff): each student's latest submission compared with
-    every other and with the known sources, the starter template subtracted. 202: a worker
+    """Queue a similarity review (staff): each student's counted submission (the one their
+    grade comes from; their latest upload while nothing counts yet) compared with every other
+    and with the known sources, the starter template subtracted. 202: a worker
     runs it; poll `GET .../similarity`. Audited."""
     run = similarity.request_run(session, assignment=name,
                                  threshold=body.threshold if body else None,

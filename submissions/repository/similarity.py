@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import datetime as dt
 import secrets
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import and_, case, delete, func, select, update
+from sqlalchemy import and_, case, delete, func, or_, select, update
 from sqlalchemy.orm import Session, selectinload
 
 from submissions.models import (
@@ -45,7 +45,6 @@ __all__ = [
     "insert_similarity_run",
     "insert_similarity_source",
     "latest_similarity_run",
-    "latest_submissions_per_student",
     "list_similarity_pairs",
     "list_similarity_runs",
     "list_similarity_sources",
@@ -53,6 +52,7 @@ __all__ = [
     "release_similarity_run",
     "set_similarity_review",
     "store_similarity_outcome",
+    "submissions_to_review",
     "unfinished_similarity_run",
     "upsert_reference_source",
 ]
@@ -131,20 +131,29 @@ def delete_similarity_source(session: Session, *, source_id: int) -> None:
 # ------------------------------------------------------------------------- submissions
 
 
-def latest_submissions_per_student(session: Session, *, assignment: str) -> Sequence[Submission]:
-    """Each student's latest submission of `assignment` (by upload time, then id), in
-    student id order: what a review compares (earlier uploads were replaced by their
-    author)."""
+def submissions_to_review(session: Session, *, assignment: str,
+                          counted_ids: Collection[int]) -> Sequence[Submission]:
+    """The submission of each student of `assignment` that a review compares, in student id
+    order: the student's one among `counted_ids` (the submission that counts for their grade,
+    chosen by the service's one rule: submissions/standings.py ``counted_submissions``); for
+    a student none of whose submissions is among them (nothing counted yet), their latest
+    upload (by upload time, then id)."""
+    counted = list(counted_ids)
     ranked = (
-        select(Submission.id,
+        select(Submission.id, Submission.student_id,
                func.row_number().over(partition_by=Submission.student_id,
                                       order_by=(Submission.created_at.desc(),
                                                 Submission.id.desc())).label("rank"))
         .where(Submission.assignment == assignment)
         .subquery()
     )
+    students_counted = select(Submission.student_id).where(Submission.id.in_(counted))
+    latest_of_the_rest = select(ranked.c.id).where(
+        ranked.c.rank == 1, ranked.c.student_id.not_in(students_counted))
     return session.scalars(
-        select(Submission).join(ranked, and_(ranked.c.id == Submission.id, ranked.c.rank == 1))
+        select(Submission)
+        .where(Submission.assignment == assignment,
+               or_(Submission.id.in_(counted), Submission.id.in_(latest_of_the_rest)))
         .options(selectinload(Submission.student))
         .order_by(Submission.student_id)
     ).all()
@@ -325,25 +334,26 @@ def count_similarity_pairs(session: Session, *, run_id: int, min_similarity: flo
 def list_similarity_pairs(session: Session, *, run_id: int, min_similarity: float = 0.0,
                           limit: int | None = None, offset: int = 0) -> Sequence[SimilarityPair]:
     """The pairs of a run at or above `min_similarity`, most similar first (then by id: a
-    stable order for paging), with both submissions, their students and the source loaded."""
+    stable order for paging), with both submissions, their students, the source and the run
+    loaded."""
     return session.scalars(
         select(SimilarityPair)
         .where(SimilarityPair.run_id == run_id, SimilarityPair.similarity >= min_similarity)
         .options(selectinload(SimilarityPair.left).selectinload(Submission.student),
                  selectinload(SimilarityPair.right).selectinload(Submission.student),
-                 selectinload(SimilarityPair.source))
+                 selectinload(SimilarityPair.source), selectinload(SimilarityPair.run))
         .order_by(SimilarityPair.similarity.desc(), SimilarityPair.id)
         .limit(limit).offset(offset)
     ).all()
 
 
 def get_similarity_pair(session: Session, *, pair_id: int) -> SimilarityPair | None:
-    """The pair with both sides loaded, or None."""
+    """The pair with both sides and its run loaded, or None."""
     return session.scalars(
         select(SimilarityPair).where(SimilarityPair.id == pair_id)
         .options(selectinload(SimilarityPair.left).selectinload(Submission.student),
                  selectinload(SimilarityPair.right).selectinload(Submission.student),
-                 selectinload(SimilarityPair.source))
+                 selectinload(SimilarityPair.source), selectinload(SimilarityPair.run))
     ).first()
 
 

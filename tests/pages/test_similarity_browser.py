@@ -63,7 +63,7 @@ def test_ta_reviews_a_disguised_copy_side_by_side(pages_factory: Any, server: An
         time.sleep(0.5)
         page.reload()
     facts = page.locator("#latest-run").inner_text()
-    assert "3 students' latest submissions" in facts and "copydetect" in facts
+    assert "3 students' counted submissions" in facts and "copydetect" in facts
     ta.shot("similarity-overview")
     assert_accessible(ta, "similarity-overview")
 

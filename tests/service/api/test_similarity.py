@@ -1,10 +1,11 @@
 """Similarity review over HTTP and in the worker, on SQLite and PostgreSQL
 (submissions/similarity.py, api/routes/similarity.py, api/pages/routes/similarity.py): staff
-queue a review; the worker runs it only when no grading waits (never a request); the latest
-submission per student is compared with the others and with the known sources, the template
-subtracted; staff read the pairs and a pair's two texts with the matched fragments (escaped on
-the page), mark a pair reviewed (audited, carried over to the next review), export CSV
-(formula cells neutralised) and keep the public sources. The engine's own verdicts on the
+queue a review; the worker runs it only when no grading waits (never a request); each
+student's counted submission (the gradebook's; their latest upload while nothing counts yet) is
+compared with the others and with the known sources, the template subtracted; staff read
+the pairs (each side naming the submission compared and whether it counted) and a pair's two
+texts with the matched fragments (escaped on the page), mark a pair reviewed (audited, carried
+over to the next review), export CSV (formula cells neutralised) and keep the public sources. The engine's own verdicts on the
 corpus: tests/service/submissions/test_similarity_engine.py; the browser walk:
 tests/pages/test_similarity_browser.py."""
 
@@ -28,6 +29,7 @@ from submissions.worker import Worker
 from ..helpers import (
     INSTRUCTOR_TOKEN,
     bearer,
+    configure,
     create_staff,
     create_student,
     grade_next,
@@ -53,21 +55,22 @@ OWN = (CORRECT / "library_two_rows_per_program.py").read_text(encoding="utf-8")
 TEMPLATE = MANIFESTS[NAME].template_file.read_text(encoding="utf-8")
 
 
-def _submit(client: TestClient, session, token: str, source: str) -> int:
+def _submit(client: TestClient, session, token: str, source: str, status: str = "passed") -> int:
     response = upload(client, token, source)
     assert response.status_code == 202, response.text
-    return grade_next(session, make_outcome("passed"))
+    return grade_next(session, make_outcome(status))
 
 
 def _class(client: TestClient, session) -> dict[str, int]:
     """Four students: ada's kernel, bob's disguised copy of it, cy who first uploaded a copy
-    and then her own kernel (only the latest counts), dee who handed in the template."""
+    that failed and then her own kernel that passed (her own counts: the best, and the
+    latest), dee who handed in the template."""
     ids = {}
     for name in ("ada", "bob", "cy", "dee"):
         ids[name], ids[f"{name}_token"] = create_student(client, name)
     ids["ada_sub"] = _submit(client, session, ids["ada_token"], ORIGINAL)
     ids["bob_sub"] = _submit(client, session, ids["bob_token"], COPY)
-    ids["cy_old"] = _submit(client, session, ids["cy_token"], ORIGINAL)
+    ids["cy_old"] = _submit(client, session, ids["cy_token"], ORIGINAL, "failed")
     ids["cy_sub"] = _submit(client, session, ids["cy_token"], OWN)
     ids["dee_sub"] = _submit(client, session, ids["dee_token"], TEMPLATE)
     return ids
@@ -117,7 +120,9 @@ def test_a_review_runs_in_the_worker_and_lists_the_disguised_copy(
     run = body["run"]
     assert run["status"] == "finished" and body["pending"] is None
     assert run["tool"].startswith("copydetect ")
-    assert run["submissions_compared"] == 4  # one per student: their latest
+    assert run["submissions_compared"] == 4  # one per student: the one that counts
+    assert run["parameters"]["compared"] == "counted"
+    assert run["parameters"]["latest_upload_ids"] == []
     assert run["sources_compared"] == 1  # the reference, read from the grader's folder
     assert run["parameters"]["template"] is True
     assert _student_pairs(body) == {(ids["ada_sub"], ids["bob_sub"])}
@@ -149,6 +154,70 @@ def test_a_review_runs_in_the_worker_and_lists_the_disguised_copy(
                          headers=bearer(ta_token))
     assert missing.status_code == 404
     assert missing.json()["error"]["code"] == "similarity_pair_not_found"
+
+
+def _claim_and_review(db_session, session_factory) -> None:
+    """Claim the queued review and run it (the worker would grade a queued upload first)."""
+    claimed = repository.claim_next_similarity_run(
+        db_session, worker_id="w", lease_s=60, max_attempts=3, now=dt.datetime.now(dt.UTC))
+    db_session.commit()
+    assert claimed is not None and similarity.execute_run(session_factory, claimed) is True
+
+
+def test_the_counted_submission_is_reviewed_not_the_latest_upload(
+        client: TestClient, db_session, session_factory) -> None:
+    """bob's passing copy counts (counting ``best``); his later own kernel failed, so it does
+    not: the copy is still paired with ada's original, and the pair names the copy. eve's
+    upload is not graded yet (nothing of hers counts): her latest upload is compared, and
+    labelled so. Under counting ``latest`` bob's later upload counts, and is compared."""
+    ids = {}
+    for name in ("ada", "bob", "eve"):
+        ids[name], ids[f"{name}_token"] = create_student(client, name)
+    ids["ada_sub"] = _submit(client, db_session, ids["ada_token"], ORIGINAL)
+    ids["bob_copy"] = _submit(client, db_session, ids["bob_token"], COPY)
+    ids["bob_later"] = _submit(client, db_session, ids["bob_token"], OWN, "failed")
+    pending = upload(client, ids["eve_token"], _disguise.disguise(ORIGINAL, keep=[NAME], seed=3))
+    assert pending.status_code == 202
+    ids["eve_sub"] = pending.json()["id"]  # queued: no verdict yet
+
+    board = client.get("/api/v1/leaderboard", params={"assignment": NAME},
+                       headers=instructor_headers()).json()["rows"]
+    counted = {r["student_name"]: r["graded_submission_id"] for r in board}
+    assert counted["bob"] == ids["bob_copy"] and counted["eve"] is None
+
+    assert client.post(BASE, json={}, headers=instructor_headers()).status_code == 202
+    _claim_and_review(db_session, session_factory)
+    body = client.get(BASE, headers=instructor_headers()).json()
+    assert body["run"]["submissions_compared"] == 3
+    assert body["run"]["parameters"]["latest_upload_ids"] == [ids["eve_sub"]]
+    students = _student_pairs(body)
+    assert (ids["ada_sub"], ids["bob_copy"]) in students
+    assert not [p for p in students if ids["bob_later"] in p]
+    (pair,) = [p for p in body["pairs"] if p["right"]["submission_id"] == ids["bob_copy"]]
+    assert (pair["left"]["compared_as"], pair["right"]["compared_as"]) == ("counted", "counted")
+    with_eve = [p for p in body["pairs"] if ids["eve_sub"] in
+                (p["left"]["submission_id"], p["right"]["submission_id"])]
+    assert with_eve and all(
+        side["compared_as"] == ("latest_upload" if side["submission_id"] == ids["eve_sub"]
+                                else "counted")
+        for p in with_eve for side in (p["left"], p["right"]) if side["kind"] == "submission")
+    read = client.get(f"{BASE}/pairs/{pair['id']}", headers=instructor_headers()).json()
+    assert read["right"]["submission_id"] == ids["bob_copy"] and read["right"]["text"] == COPY
+    rows = list(csv.DictReader(io.StringIO(
+        client.get(f"{BASE}/export", headers=instructor_headers()).text)))
+    row = next(r for r in rows if r["pair_id"] == str(pair["id"]))
+    assert (row["right_submission_id"], row["right_compared_as"]) == (str(ids["bob_copy"]),
+                                                                      "counted")
+    assert {r["left_compared_as"] for r in rows if r["left_submission_id"] == str(ids["eve_sub"])
+            } <= {"latest_upload"}
+
+    # The same rule as the gradebook's: counting "latest" makes bob's later upload count.
+    configure(client, NAME, counting="latest")
+    assert client.post(BASE, json={}, headers=instructor_headers()).status_code == 202
+    _claim_and_review(db_session, session_factory)
+    body = client.get(BASE, headers=instructor_headers()).json()
+    assert body["run"]["parameters"]["latest_upload_ids"] == []  # eve's latest counts now
+    assert not [p for p in _student_pairs(body) if ids["bob_copy"] in p]
 
 
 def test_review_marks_are_audited_and_carried_to_the_next_review(
@@ -295,6 +364,7 @@ def test_the_page_shows_the_pairs_and_both_texts_escaped(
     assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in pair_page
     assert pair_page.count("<mark>") > 3
     assert f'href="/submissions/{mallory}"' in pair_page and "not reviewed yet" in pair_page
+    assert pair_page.count("their counted submission") == 2 and "latest upload" not in pair_page
 
     reviewed = client.post(f"/staff/similarity/{NAME}/pairs/{pair_id}/review",
                            data={"csrf_token": csrf, "note": "<i>read it</i>", "reviewed": "true"},
