@@ -304,6 +304,7 @@ def assemble(*, spec: BenchmarkSpec, student_rows: dict[str, dict], peers_doc: d
             "speedup_vs_baseline": speedup,
             "student_bandwidth_fraction_min": impls[STUDENT].get("bandwidth_fraction_min", {}),
             "streaming_probe": streaming_probe,
+            "peers_process": p_entry.get("process") or {},
             "flags": flags,
             "ranked": ranked,
             "scope": f"{row['id']}. " + METHOD_SCOPE.format(sets=options.sets, flush_mib=int(flush_bytes or 0) >> 20,

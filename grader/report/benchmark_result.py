@@ -52,6 +52,9 @@ class BenchmarkRow(BaseModel):
         ratio_student_over_baseline / speedup_vs_baseline: per timing method (event, graph).
         flags: why the row is not ranked (empty: ranked); ranked: whether it counts.
         scope: what was timed, in words.
+        peers_process: the peers child's resources after this row (open descriptors, threads,
+            peak resident set, free work space: bench_child.process_state), empty when the
+            peers came from the cache of an earlier version.
 
     Extra keys are kept (documents stored by earlier versions carry others).
     """
@@ -70,6 +73,7 @@ class BenchmarkRow(BaseModel):
     ratio_student_over_baseline: dict[str, float | None] = Field(default_factory=dict)
     speedup_vs_baseline: dict[str, float | None] = Field(default_factory=dict)
     student_bandwidth_fraction_min: dict[str, float | None] = Field(default_factory=dict)
+    peers_process: dict[str, int] = Field(default_factory=dict)
     streaming_probe: dict[str, Any] | None = None
     flags: list[str] = Field(default_factory=list)
     ranked: bool = False
