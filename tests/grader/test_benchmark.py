@@ -374,7 +374,9 @@ def test_a_second_peers_child_fills_the_rows_the_first_did_not_reach_and_is_said
     rows, options, peers, student = _docs()
     peers["rows"][1]["impls"]["reference"]["graph"] = _samples(70e-6)  # as timed by the second child
     peers["earlier_endings"] = [{"returncode": -6, "log_tail": "Fatal Python error: Aborted\n", "rows_done": 1}]
+    peers["rows"][1]["process"] = {"open_fds": 31, "threads": 9, "max_rss_bytes": 1 << 30, "workdir_free_bytes": 1 << 32}
     result = _assemble(rows, options, peers, student)
+    assert result["rows"][1]["peers_process"]["open_fds"] == 31 and result["rows"][0]["peers_process"] == {}
     assert result["headline"]["value"] is not None and result["headline"]["reason"] is None
     assert result["peers_earlier_endings"] == [
         f"a peers child ended with status -6 after finishing 1 of {len(rows)} rows; a second one timed the rest: "
