@@ -16,6 +16,7 @@ long-polls and body reads under way, so that a restart closes the port for secon
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -64,7 +65,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             lti_loop.start()
         yield
         if lti_loop is not None:
-            lti_loop.stop()
+            # It releases its lease (a write; after a round under way, waited for briefly),
+            # so that another process takes the scheduled sync over at once.
+            await anyio.to_thread.run_sync(functools.partial(lti_loop.stop, timeout_s=5.0))
         engine.dispose()
 
     app = FastAPI(

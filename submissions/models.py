@@ -22,6 +22,8 @@ Tables:
 - ``final_runs``: a final ranking run of an assignment on a fresh secret seed.
 - ``audit_events``: who did what, when: every staff action.
 - ``worker_heartbeats``: one row per worker process, for /healthz.
+- ``leases``: named leases that one process at a time holds, across processes and hosts
+  (submissions/repository/leases.py); the scheduled LMS sync's (submissions/lti/sync.py).
 - ``similarity_sources``, ``similarity_runs``, ``similarity_pairs``: similarity review
   (submissions/similarity.py): known public kernels, review jobs and the pairs they found.
 """
@@ -552,6 +554,19 @@ class FleetController(Base):
     submitted_total: Mapped[int] = mapped_column(Integer)
     last_error: Mapped[str | None] = mapped_column(Text)
     last_tick_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
+
+
+class Lease(Base):
+    """A named lease: the process that holds it (``holder``, unique per process) until
+    ``expires_at``. Taken, renewed and released only by the conditional writes of
+    submissions/repository/leases.py, so at most one unexpired holder exists per name."""
+
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(200))
+    acquired_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
+    expires_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
 
 
 class IdempotencyKey(Base):

@@ -180,8 +180,8 @@ class Settings(BaseSettings):
 
     # LTI 1.3 (docs/lms.md): the LMS's roster and grade sync, run by `grader serve`.
     lti_sync_interval_s: float = Field(300.0, ge=0, description="seconds between two runs of "
-        "the LMS sync (rosters from NRPS, scores to AGS) in each API process; 0: none (run it "
-        "in one replica only)")
+        "the LMS sync (rosters from NRPS, scores to AGS), each run by the one API process that "
+        "holds the sync's lease in the database (submissions/lti/sync.py); 0: none")
     lti_roster_interval_s: float = Field(6 * 3600.0, gt=0, description="seconds between two "
         "roster syncs of one LMS course")
     lti_http_timeout_s: float = Field(10.0, gt=0, description="each request to an LMS")

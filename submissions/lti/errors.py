@@ -21,6 +21,13 @@ class LtiStateInvalid(LtiLaunchRefused):
     code = "lti_state_invalid"
 
 
+class LtiStateNotFromThisBrowser(LtiLaunchRefused):
+    """The launch's state is valid but the browser posting it does not hold the state's
+    cookie: another browser started the login (login CSRF), or cookies are blocked."""
+
+    code = "lti_state_cookie_missing"
+
+
 class LtiNonceReplayed(LtiLaunchRefused):
     code = "lti_nonce_replayed"
 

@@ -3,15 +3,20 @@
 
 1. The platform sends the browser to ``/lti/login`` with ``iss``, ``login_hint``,
    ``target_link_uri`` (and ``client_id``, ``lti_message_hint``, ``lti_deployment_id``).
-   `initiate_login` stores a fresh ``state`` and ``nonce`` (ten minutes, used once) and
-   returns the platform's authorisation URL to redirect to.
+   `initiate_login` stores a fresh ``state`` and ``nonce`` (LOGIN_STATE_TTL_S, used once)
+   and returns the platform's authorisation URL to redirect to, with the state; the route
+   also gives the browser a cookie holding the state (api/pages/routes/lti.py).
 2. The platform posts ``id_token`` and ``state`` to ``/lti/launch``. `verify_launch`
    checks, in order: a registration for the token's issuer and audience; the signature
    against the platform's JWKS (the ``kid`` must be one it publishes); ``exp``, ``iat``
    (LEEWAY_S of clock skew), ``iss``, ``aud`` (and ``azp`` when there are several
    audiences); the nonce, never used before; the state, issued for this registration and
-   this nonce, not expired, used once; the deployment id, one staff registered; the
-   message type and version. Each refusal is its own error code with a sentence.
+   this nonce, not expired, used once; the state's cookie, sent back by the browser that
+   posts the launch (so the launch ends in the browser that started the login: without
+   it, a state issued to an attacker's browser could sign a victim into the attacker's
+   account, login CSRF: IMS Security Framework 5.1.1.2); the deployment id, one staff
+   registered; the message type and version. Each refusal is its own error code with a
+   sentence.
 3. `complete_launch` records the context, its NRPS and AGS endpoints and the resource link,
    provisions the person (submissions/lti/people.py) and opens a browser session.
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import hmac
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -37,6 +43,7 @@ from submissions.lti.errors import (
     LtiPlatformError,
     LtiRoleUnsupported,
     LtiStateInvalid,
+    LtiStateNotFromThisBrowser,
     LtiTokenInvalid,
     LtiUnknownKey,
     LtiUnknownPlatform,
@@ -45,6 +52,7 @@ from submissions.lti.platform import platform_key
 from submissions.models import LtiContext, LtiRegistration, LtiResourceLink
 from submissions.settings import Settings
 
+#: How long a login initiation waits for its launch (the state's row and its cookie).
 LOGIN_STATE_TTL_S = 600
 #: Clock skew allowed between the platform and this service when checking exp and iat.
 LEEWAY_S = 60
@@ -68,9 +76,18 @@ RESOURCE_LINK_REQUEST = "LtiResourceLinkRequest"
 DEEP_LINKING_REQUEST = "LtiDeepLinkingRequest"
 
 
+@dataclass(frozen=True)
+class LoginStart:
+    """Where step 1 sends the browser (`url`, the platform's authorisation endpoint) and
+    the `state` the browser must hold (in a cookie) when the launch comes back."""
+
+    url: str
+    state: str
+
+
 def initiate_login(session: Session, *, params: Mapping[str, str], redirect_uri: str,
-                   now: dt.datetime) -> str:
-    """Step 1: the URL of the platform's authorisation endpoint to send the browser to.
+                   now: dt.datetime) -> LoginStart:
+    """Step 1: the platform's authorisation URL to send the browser to, and the state.
 
     Raises:
         LtiUnknownPlatform: no registration for ``iss`` (and ``client_id``), or several
@@ -91,7 +108,8 @@ def initiate_login(session: Session, *, params: Mapping[str, str], redirect_uri:
     if params.get("lti_message_hint"):
         query["lti_message_hint"] = params["lti_message_hint"]
     separator = "&" if urlsplit(registration.auth_login_url).query else "?"
-    return f"{registration.auth_login_url}{separator}{urlencode(query)}"
+    return LoginStart(url=f"{registration.auth_login_url}{separator}{urlencode(query)}",
+                      state=state)
 
 
 def _registration(session: Session, *, issuer: str, client_id: str | None) -> LtiRegistration:
@@ -122,9 +140,11 @@ class VerifiedLaunch:
         return str(self.claims.get(CLAIM_DEPLOYMENT))
 
 
-def verify_launch(session: Session, *, id_token: str, state: str, settings: Settings,
-                  now: dt.datetime) -> VerifiedLaunch:
-    """Step 2 (module docstring). Raises an LtiLaunchRefused subclass."""
+def verify_launch(session: Session, *, id_token: str, state: str, browser_state: str | None,
+                  settings: Settings, now: dt.datetime) -> VerifiedLaunch:
+    """Step 2 (module docstring). `browser_state`: the value of the state's cookie that the
+    browser posting the launch sent (None when it sent none). Raises an LtiLaunchRefused
+    subclass."""
     if not id_token or not state:
         raise LtiStateInvalid("the launch has no id_token or state; start it again from the LMS")
     try:
@@ -186,6 +206,13 @@ def verify_launch(session: Session, *, id_token: str, state: str, settings: Sett
     if login is None or login.registration_id != registration.id or login.nonce != nonce:
         raise LtiStateInvalid("this launch does not match a login started here (its state is "
                               "unknown, expired or used); open the link in the LMS again")
+    if browser_state is None or not hmac.compare_digest(browser_state.encode(), state.encode()):
+        raise LtiStateNotFromThisBrowser(
+            "this launch did not come back to the browser that started it: the cookie the "
+            "grader set when the LMS began the login is missing. If you opened the link in "
+            "the LMS, your browser may be blocking this site's cookies (some do when the LMS "
+            "shows the tool inside its own page): open the link again in a new window or "
+            "tab, or allow cookies for this site")
     deployment = str(claims.get(CLAIM_DEPLOYMENT) or "")
     if deployment not in registration.deployment_ids:
         raise LtiTokenInvalid(f"the LMS's deployment {deployment!r} is not registered with "

@@ -1,6 +1,7 @@
 """The roster sync (NRPS) and the score sync (AGS), run on demand (`grader lti sync`,
 ``POST /api/v1/lti/sync``, the ``/lti`` page) and on a schedule (`LtiSyncLoop` in
-`grader serve`, every ``lti_sync_interval_s``).
+`grader serve`, every ``lti_sync_interval_s``, in the one API process that holds the
+``lti_sync`` lease in the database, however many processes and hosts run the API).
 
 Transactions: each step is its own short transaction from `session_factory`; none is open
 while the service waits on an LMS.
@@ -28,6 +29,9 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
+import secrets
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -371,11 +375,51 @@ def run_sync(session_factory: SessionFactory, *, settings: Settings, now: dt.dat
     return run
 
 
-class LtiSyncLoop:
-    """`run_sync` every ``lti_sync_interval_s`` in a daemon thread (`grader serve`)."""
+#: The lease a scheduled round needs (submissions/repository/leases.py).
+SYNC_LEASE = "lti_sync"
 
-    def __init__(self, session_factory: SessionFactory, settings: Settings) -> None:
+
+def process_holder_id() -> str:
+    """This process's name as a lease holder: its host, its pid and a random part (a pid
+    is reused after a restart; the random part tells the new process from the old)."""
+    return f"{socket.gethostname()[:150]}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+class LtiSyncLoop:
+    """The scheduled sync: every ``lti_sync_interval_s``, in a daemon thread of each API
+    process (`grader serve`, each uvicorn worker, each replica on any host), one round
+    (`run_sync`) in the one process that holds the ``lti_sync`` lease in the database.
+
+    Without the lease N processes would sync every roster N times per interval and race on
+    the pushes (two find-or-create the same line item; `_push_lock` is per process). With it:
+
+    - each tick takes or renews the lease (`repository.take_lease`, atomic on SQLite and
+      PostgreSQL); a process that does not get it skips the round. The holder keeps it from
+      round to round: the lease lasts `lease_s` (twice the interval by default) and is
+      renewed at each round's start and end, and every ``lease_s / 3`` while a round runs
+      (a slow LMS cannot make it lapse mid-round);
+    - a holder that dies (killed, host down) stops renewing: its lease expires and the first
+      other process to tick after that takes it and runs the rounds from then on (so rounds
+      pause for at most about ``lease_s`` + one interval: 15 min with the defaults);
+    - `stop` releases the lease once no round is running, so another process takes over at
+      its next tick instead of after the expiry.
+
+    A holder cut off from the database for longer than `lease_s` during a round may finish
+    that round while another process starts one; so may an on-demand sync (`run_sync` from
+    ``POST /api/v1/lti/sync``, the ``/lti`` page, `grader lti sync`), which does not take the
+    lease. Scores sent twice replace themselves; two runs sending an assignment's first score
+    to a course at the same moment could each create its line item (each looks it up first).
+    """
+
+    def __init__(self, session_factory: SessionFactory, settings: Settings, *,
+                 holder: str | None = None, lease_s: float | None = None) -> None:
         self.session_factory, self.settings = session_factory, settings
+        self.interval_s = settings.lti_sync_interval_s or 300.0
+        self.lease_s = lease_s if lease_s is not None else 2 * self.interval_s
+        self.holder = holder or process_holder_id()
+        self.rounds = 0  #: rounds this loop ran
+        self._holding = False
+        self._round_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="lti-sync", daemon=True)
 
@@ -383,15 +427,81 @@ class LtiSyncLoop:
         self._thread.start()
 
     def stop(self, timeout_s: float | None = None) -> None:
-        """Ask the loop to end (a run under way finishes first); wait up to `timeout_s`."""
+        """Ask the loop to end and release the lease: at once when no round runs, else when
+        the round under way ends (waited for up to `timeout_s`; a lease left held by a
+        process that exits first expires by itself)."""
         self._stop.set()
+        got = self._round_lock.acquire(timeout=timeout_s) if timeout_s is not None \
+            else self._round_lock.acquire(blocking=False)
+        if got:
+            try:  # no round runs, and none starts now that _stop is set
+                self._release()
+            finally:
+                self._round_lock.release()
         if timeout_s is not None and self._thread.is_alive():
             self._thread.join(timeout_s)
 
-    def _loop(self) -> None:
-        interval = self.settings.lti_sync_interval_s or 300.0
-        while not self._stop.wait(interval):
+    def run_round(self) -> bool:
+        """One scheduled round, if this process holds the lease or can take it. Returns
+        whether it ran (False: another process holds the lease, or the loop is stopping)."""
+        with self._round_lock:
+            if self._stop.is_set() or not self._take():
+                return False
+            done = threading.Event()
+            keeper = threading.Thread(target=self._keep, args=(done,), name="lti-sync-lease",
+                                      daemon=True)
+            keeper.start()
             try:
                 run_sync(self.session_factory, settings=self.settings, now=utc_now())
+                self.rounds += 1
+            finally:
+                done.set()
+                keeper.join()
+                self._take()  # the lease outlives the wait for the next round
+                if self._stop.is_set():  # stop() came during the round
+                    self._release()
+            return True
+
+    def _take(self) -> bool:
+        try:
+            with self.session_factory() as session:
+                held = repository.take_lease(session, name=SYNC_LEASE, holder=self.holder,
+                                             ttl_s=self.lease_s, now=utc_now())
+                session.commit()
+        except Exception:  # noqa: BLE001 - a database outage: this tick does not sync
+            logger.exception("LMS sync: the lease %r could not be taken", SYNC_LEASE)
+            held = False
+        if held != self._holding:
+            logger.info("LMS sync: %s %s the scheduled rounds (lease %r)", self.holder,
+                        "now runs" if held else "no longer runs", SYNC_LEASE)
+            self._holding = held
+        return held
+
+    def _release(self) -> None:
+        if not self._holding:
+            return
+        try:
+            with self.session_factory() as session:
+                repository.release_lease(session, name=SYNC_LEASE, holder=self.holder,
+                                         now=utc_now())
+                session.commit()
+        except Exception:  # noqa: BLE001 - it expires by itself
+            logger.exception("LMS sync: the lease %r could not be released", SYNC_LEASE)
+        self._holding = False
+
+    def _keep(self, done: threading.Event) -> None:
+        """Renew the lease while a round runs."""
+        while not done.wait(self.lease_s / 3):
+            if not self._take():
+                logger.warning("LMS sync: %s lost the lease %r during a round", self.holder,
+                               SYNC_LEASE)
+                return
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.run_round()
             except Exception:  # noqa: BLE001 - the loop must outlive one bad run
                 logger.exception("LMS sync run failed")
+        with self._round_lock:  # stop() may have come as a round renewed the lease
+            self._release()

@@ -17,6 +17,7 @@ Callers import the package (``from submissions import repository``) and call
 - `audit`: the staff action log.
 - `idempotency`: stored first answers of POSTs sent with an Idempotency-Key.
 - `workers`, `observability`: heartbeats, health and metrics.
+- `leases`: named leases one process at a time holds (the scheduled LMS sync's).
 - `analytics`: the check verdicts behind the staff's class analytics.
 - `lti`: LTI 1.3 registrations, keys, launches, identities, line items and score syncs.
 - `similarity`: similarity review's known sources, runs (a queue of their own) and pairs.
@@ -28,6 +29,7 @@ from submissions.repository.audit import *  # noqa: F403
 from submissions.repository.extensions import *  # noqa: F403
 from submissions.repository.final_runs import *  # noqa: F403
 from submissions.repository.idempotency import *  # noqa: F403
+from submissions.repository.leases import *  # noqa: F403
 from submissions.repository.lti import *  # noqa: F403
 from submissions.repository.observability import *  # noqa: F403
 from submissions.repository.queue import *  # noqa: F403

@@ -1,10 +1,11 @@
 """The LTI 1.3 endpoints a platform and a browser reach (docs/lms.md), and the staff's
 ``/lti`` page.
 
-- ``GET|POST /lti/login``: OIDC third-party login initiation (redirect to the platform);
-- ``POST /lti/launch``: the id_token's verification, the sign-in (a ``gls_`` session in the
-  pages' cookie), then the assignment the link points to; a Deep Linking request shows the
-  assignments to place;
+- ``GET|POST /lti/login``: OIDC third-party login initiation (redirect to the platform, with
+  the state's cookie; inside a frame, a page that reopens it in a new window instead);
+- ``POST /lti/launch``: the id_token's verification (with the state's cookie), the sign-in
+  (a ``gls_`` session in the pages' cookie), then the assignment the link points to; a Deep
+  Linking request shows the assignments to place;
 - ``POST /lti/deep-link``: the chosen assignment, sent back to the LMS as a signed
   LtiDeepLinkingResponse;
 - ``GET /lti/jwks.json``: the tool's public keys; ``GET /lti/config.json``: Canvas's
@@ -15,6 +16,24 @@
   through the LMS never saw one).
 
 A refused launch is an error page naming why (api/pages/rendering.py, PageRoute).
+
+The state's cookie binds a launch to the browser that started its login (login CSRF: IMS
+Security Framework 5.1.1.2, as pylti1p3 and ltijs do it): one cookie per login, named after
+its state (two logins at once, e.g. two tabs, do not overwrite each other's), holding the
+state, for LOGIN_STATE_TTL_S, deleted by the launch that uses it. ``HttpOnly``;
+``SameSite=None; Secure`` outside development, because the launch is a cross-site POST
+from the LMS (Lax would withhold it; None is refused without Secure); and there, prefixed
+``__Host-``, which means ``Path=/`` and no ``Domain``: a sibling host under the university's
+domain cannot plant one (cookie tossing would let it replay its own state in a victim's
+browser), which a narrower path cannot give. In development (plain http) it is ``Lax``
+without Secure: that works when the LMS is on the same site (a local test platform).
+
+Browsers that block third-party cookies drop such a cookie when the LMS shows the tool in
+an iframe; the pages refuse to be framed anyway (``frame-ancestors 'none'``). So a login
+initiation the browser says is for a frame (``Sec-Fetch-Dest``) answers a page that opens
+the same login in a new window (top level, where the cookie is first-party) instead of
+starting it; the 1EdTech platform-storage postMessage flow (``lti_storage_target``) would
+only save the state while the rest of the tool still could not run in the frame.
 """
 
 from __future__ import annotations
@@ -42,6 +61,7 @@ from api.pages.security import (
     FormFields,
     StaffViewer,
     ViewerDep,
+    cookie_secure,
     csrf_token_for,
     read_form,
     set_session_cookie,
@@ -51,6 +71,7 @@ from submissions import assignments, audit, repository, service
 from submissions.errors import InstructorRequired, StudentRequired
 from submissions.lti import keys, launch, people, registrations, sync
 from submissions.lti.errors import LtiLaunchRefused, LtiStateInvalid
+from submissions.lti.launch import LOGIN_STATE_TTL_S
 from submissions.lti.platform import TOOL_SCOPES
 from submissions.settings import Settings
 
@@ -101,23 +122,56 @@ def read_tool_configuration(request: Request) -> JSONResponse:
     return JSONResponse(tool_configuration(_base(request)))
 
 
-def _login(request: Request, session: Any, params: dict[str, str], now: Any) -> Response:
-    url = launch.initiate_login(session, params=params, now=now,
-                                redirect_uri=f"{_base(request)}/lti/launch")
-    return Response(status_code=302, headers={"Location": url, **NO_STORE})
+STATE_COOKIE_PREFIX = "grader_lti_state_"
+#: The ``Sec-Fetch-Dest`` values of a request made to fill a frame, not a window.
+_FRAME_DESTINATIONS = frozenset({"iframe", "frame", "embed", "object", "fencedframe"})
+#: The login initiation's fields a new window's login repeats (LTI 1.3 section 4.1).
+_LOGIN_FIELDS = ("iss", "login_hint", "target_link_uri", "lti_message_hint",
+                 "lti_deployment_id", "client_id")
+
+
+def state_cookie_name(state: str, settings: Settings) -> str:
+    """The cookie that holds `state` (module docstring): ``__Host-`` prefixed when Secure."""
+    prefix = "__Host-" if cookie_secure(settings) else ""
+    return f"{prefix}{STATE_COOKIE_PREFIX}{state}"
+
+
+def _state_cookie_options(settings: Settings) -> dict[str, Any]:
+    secure = cookie_secure(settings)
+    return {"path": "/", "httponly": True, "secure": secure,
+            "samesite": "none" if secure else "lax"}
+
+
+def _login(request: Request, session: Any, params: dict[str, str], now: Any,
+           settings: Settings) -> Response:
+    if request.headers.get("sec-fetch-dest", "").lower() in _FRAME_DESTINATIONS:
+        # The pages cannot run in a frame: this page (which may be framed: it only holds
+        # a button that repeats the LMS's own login request) reopens the login on top.
+        headers = {**NO_STORE, "Content-Security-Policy": CONTENT_SECURITY_POLICY.replace(
+            "frame-ancestors 'none'", "frame-ancestors *")}
+        return render(request, "lti_new_window.html", viewer=None, headers=headers,
+                      method=request.method.lower(),
+                      fields={k: params[k] for k in _LOGIN_FIELDS if params.get(k)})
+    start = launch.initiate_login(session, params=params, now=now,
+                                  redirect_uri=f"{_base(request)}/lti/launch")
+    response = Response(status_code=302, headers={"Location": start.url, **NO_STORE})
+    response.set_cookie(state_cookie_name(start.state, settings), start.state,
+                        max_age=LOGIN_STATE_TTL_S, **_state_cookie_options(settings))
+    return response
 
 
 @router.get("/lti/login")
-def start_login(request: Request, session: SessionDep, now: NowDep) -> Response:
+def start_login(request: Request, session: SessionDep, settings: SettingsDep,
+                now: NowDep) -> Response:
     """OIDC login initiation sent as a GET."""
-    return _login(request, session, dict(request.query_params), now)
+    return _login(request, session, dict(request.query_params), now, settings)
 
 
 @router.post("/lti/login")
-def start_login_form(request: Request, session: SessionDep, now: NowDep,
-                     form: Annotated[FormFields, Depends(read_form)]) -> Response:
+def start_login_form(request: Request, session: SessionDep, settings: SettingsDep,
+                     now: NowDep, form: Annotated[FormFields, Depends(read_form)]) -> Response:
     """OIDC login initiation sent as a form POST."""
-    return _login(request, session, {k: v[0] for k, v in form.items() if v}, now)
+    return _login(request, session, {k: v[0] for k, v in form.items() if v}, now, settings)
 
 
 def _seal(payload: dict[str, Any], settings: Settings) -> str:
@@ -145,8 +199,11 @@ def receive_launch(request: Request, session: SessionDep, settings: SettingsDep,
     if form.first("error"):
         raise LtiLaunchRefused(f"the LMS refused the login: {form.first('error')} "
                                f"{form.first('error_description')}".strip())
-    verified = launch.verify_launch(session, id_token=form.first("id_token"),
-                                    state=form.first("state"), settings=settings, now=now)
+    state = form.first("state")
+    cookie = state_cookie_name(state, settings) if state else None
+    verified = launch.verify_launch(session, id_token=form.first("id_token"), state=state,
+                                    browser_state=request.cookies.get(cookie) if cookie
+                                    else None, settings=settings, now=now)
     done = launch.complete_launch(session, launch=verified, settings=settings, now=now)
     if done.deep_linking is not None:
         sealed = _seal({"registration_id": verified.registration.id,
@@ -165,6 +222,8 @@ def receive_launch(request: Request, session: SessionDep, settings: SettingsDep,
         response = redirect(f"/leaderboard?assignment={done.assignment}" if done.assignment
                             else "/lti")
     set_session_cookie(response, done.session_token, settings)
+    if cookie is not None:  # always: verify_launch refuses a launch without a state
+        response.delete_cookie(cookie, **_state_cookie_options(settings))
     return response
 
 
