@@ -41,13 +41,24 @@ def get_settings(request: Request) -> Settings:
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 
-def session_scope(session_factory: Callable[[], Session]) -> Iterator[Session]:
-    """One session from ``session_factory``: commit on success, roll back on any exception,
-    close always. The transaction boundary of a request (and of the tests' override)."""
+#: Set in a request's scope by a route that turned an exception into an answer itself
+#: (api/pages/rendering.py ``PageRoute``: an error page): the request failed, so its
+#: transaction is rolled back although no exception reaches the session's dependency.
+REQUEST_FAILED = "grader.request_failed"
+
+
+def session_scope(session_factory: Callable[[], Session], *,
+                  failed: Callable[[], bool] = lambda: False) -> Iterator[Session]:
+    """One session from ``session_factory``: commit on success, roll back on any exception
+    or when ``failed()`` says the request failed, close always. The transaction boundary of
+    a request (and of the tests' override)."""
     session = session_factory()
     try:
         yield session
-        session.commit()
+        if failed():
+            session.rollback()
+        else:
+            session.commit()
     except BaseException:
         session.rollback()
         raise
@@ -56,8 +67,10 @@ def session_scope(session_factory: Callable[[], Session]) -> Iterator[Session]:
 
 
 def get_db_session(request: Request) -> Iterator[Session]:
-    """One session per request; commit on success, roll back on any exception."""
-    yield from session_scope(request.app.state.session_factory)
+    """One session per request; commit on success, roll back on any exception and when the
+    route answered a failure itself (``REQUEST_FAILED``)."""
+    yield from session_scope(request.app.state.session_factory,
+                             failed=lambda: bool(request.scope.get(REQUEST_FAILED)))
 
 
 # scope="function": the commit runs when the handler returns, before the response is sent,

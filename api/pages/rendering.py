@@ -20,6 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.routing import APIRoute
 
+from api.deps import REQUEST_FAILED
 from api.pages.charts import format_time
 from api.pages.security import SESSION_COOKIE, SignInRequired, Viewer, clear_session_cookie
 from grader.report.speed import format_ceiling, format_fraction, format_rate
@@ -220,21 +221,31 @@ class PageRoute(APIRoute):
         async def page_handler(request: Request) -> Response:
             try:
                 return await handler(request)
-            except SignInRequired as exc:
-                return sign_in_redirect(request, stale=exc.stale)
-            except DomainError as exc:
-                retry = getattr(exc, "retry_after_s", None)
-                limit = exc.details.get("max_bytes") if isinstance(exc, UploadTooLarge) else None
-                return error_page(request, status_code=exc.http_status, code=exc.code,
-                                  message=exc.message,
-                                  headers={"Retry-After": str(retry)} if retry else None,
-                                  limit=f"The limit is {describe_size(limit)}."
-                                  if isinstance(limit, int) else None)
-            except RequestValidationError as exc:
-                problems = "; ".join(
-                    f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}"
-                    for e in exc.errors())
-                return error_page(request, status_code=422, code="validation_error",
-                                  message=problems or "invalid request")
+            except (SignInRequired, DomainError, RequestValidationError) as exc:
+                # The request's session closes after this handler returns (FastAPI's function
+                # scope), so it sees no exception: say that the request failed, and what the
+                # route wrote before the error is rolled back (api/deps.py REQUEST_FAILED).
+                request.scope[REQUEST_FAILED] = True
+                return self._failure_page(request, exc)
 
         return page_handler
+
+    @staticmethod
+    def _failure_page(request: Request, exc: Exception) -> Response:
+        """The answer to a page's failure (the class docstring)."""
+        if isinstance(exc, SignInRequired):
+            return sign_in_redirect(request, stale=exc.stale)
+        if isinstance(exc, DomainError):
+            retry = getattr(exc, "retry_after_s", None)
+            limit = exc.details.get("max_bytes") if isinstance(exc, UploadTooLarge) else None
+            return error_page(request, status_code=exc.http_status, code=exc.code,
+                              message=exc.message,
+                              headers={"Retry-After": str(retry)} if retry else None,
+                              limit=f"The limit is {describe_size(limit)}."
+                              if isinstance(limit, int) else None)
+        assert isinstance(exc, RequestValidationError)
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}"
+            for e in exc.errors())
+        return error_page(request, status_code=422, code="validation_error",
+                          message=problems or "invalid request")

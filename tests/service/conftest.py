@@ -21,13 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from fastapi import Request
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.deps import get_db_session, session_scope
+from api.deps import REQUEST_FAILED, get_db_session, session_scope
 from api.main import create_app
 from submissions.db import create_db_engine, create_session_factory
 from submissions.migrations import upgrade_to_head
@@ -155,8 +156,8 @@ def app_factory(session_factory: sessionmaker[Session]) -> Callable[..., TestCli
     def build(settings: Settings) -> TestClient:
         app = create_app(settings)
 
-        def override_session() -> Iterator[Session]:
-            yield from session_scope(session_factory)
+        def override_session(request: Request) -> Iterator[Session]:
+            yield from session_scope(session_factory, failed=lambda: bool(request.scope.get(REQUEST_FAILED)))
 
         app.dependency_overrides[get_db_session] = override_session
         # The middleware (token before body) and the long-poll open their own sessions.

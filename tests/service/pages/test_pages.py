@@ -9,10 +9,14 @@ import re
 from typing import Any
 
 import pytest
+from fastapi import APIRouter
 from fastapi.testclient import TestClient
 
+from api.deps import NowDep, SessionDep
+from api.pages.rendering import PageRoute
 from api.pages.security import SESSION_COOKIE, csrf_token_for
-from submissions import repository
+from submissions import repository, service
+from submissions.errors import StudentNotFound
 
 from ..helpers import (
     INSTRUCTOR_TOKEN,
@@ -512,3 +516,28 @@ def test_the_guards_own_refusals_are_pages_for_pages_and_json_for_the_api(client
         else:
             assert response.headers["content-type"].startswith("application/json"), path
             assert '"request_timeout"' in body
+
+
+def test_a_page_that_fails_after_writing_keeps_nothing_it_wrote(client: TestClient, db_session) -> None:
+    """A page's route answers its own failures (an error page, not an exception), so the
+    request's session would see a normal exit and commit what the route wrote before the error:
+    the session is told the request failed, and rolls it back."""
+    router = APIRouter(route_class=PageRoute)
+
+    @router.post("/test-only/write-then-fail")
+    def write_then_fail(session: SessionDep, now: NowDep) -> None:
+        service.create_student(session, name="written before the error", now=now)
+        session.flush()
+        raise StudentNotFound("no such student (raised after a write)")
+
+    @router.post("/test-only/write")
+    def write(session: SessionDep, now: NowDep) -> None:
+        service.create_student(session, name="written by a page that succeeded", now=now)
+
+    client.app.include_router(router)
+    failed = client.post("/test-only/write-then-fail")
+    assert failed.status_code == 404 and "raised after a write" in failed.text, failed.text[:2000]
+    assert client.post("/test-only/write").status_code == 200
+    names = {student.name for student in repository.list_students(db_session)}
+    assert "written by a page that succeeded" in names
+    assert "written before the error" not in names
