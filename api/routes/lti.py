@@ -76,16 +76,19 @@ def read_status(principal: StaffOnly, session: SessionDep) -> LtiStatus:
     return lti_status(session)
 
 
-@router.post("/sync", response_model=LtiSyncRead)
+@router.post("/sync", response_model=LtiSyncRead,
+             responses={409: {"model": ErrorResponse, "description": "lti_sync_running"}})
 def run_sync(request: Request, principal: StaffOnly, session: SessionDep,
              settings: SettingsDep, now: NowDep) -> LtiSyncRead:
     """Sync now: every course's roster from the LMS, then every due score to it (each step
-    in its own transaction; none open while the LMS is asked)."""
+    in its own transaction; none open while the LMS is asked). One sync runs at a time, in
+    any process: 409 ``lti_sync_running`` while another (a scheduled round, another click)
+    runs."""
     # End the request's transaction first: on SQLite it holds the write lock (BEGIN
     # IMMEDIATE, submissions/db.py) that the sync's own transactions need.
     session.commit()
-    run = sync.run_sync(request.app.state.session_factory, settings=settings, now=now,
-                        rosters=True)
+    run = sync.run_sync_exclusive(request.app.state.session_factory, settings=settings, now=now,
+                                  rosters=True)
     return LtiSyncRead(rosters={k: v.as_dict() for k, v in run.rosters.items()},
                        roster_errors=run.roster_errors, made_pending=run.made_pending,
                        sent=run.push.sent, failed=run.push.failed)

@@ -88,14 +88,18 @@ def main(argv: list[str]) -> int:
 def _sync(settings: Any) -> int:
     from submissions.db import create_session_factory, engine_from_settings
     from submissions.lti import sync
+    from submissions.lti.errors import LtiSyncRunning
     from submissions.migrations import upgrade_to_head
     from submissions.models import utc_now
 
     upgrade_to_head(database_url=settings.database_url)
     engine = engine_from_settings(settings)
     try:
-        run = sync.run_sync(create_session_factory(engine), settings=settings, now=utc_now(),
-                            rosters=True)
+        run = sync.run_sync_exclusive(create_session_factory(engine), settings=settings, now=utc_now(),
+                                      rosters=True)
+    except LtiSyncRunning as exc:
+        print(f"error ({exc.code}): {exc.message}", file=sys.stderr)
+        return EXIT_ERROR
     finally:
         engine.dispose()
     for context_id, changes in run.rosters.items():

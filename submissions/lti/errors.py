@@ -63,3 +63,11 @@ class LtiRegistrationNotFound(DomainError):
 class LtiPlatformError(Exception):
     """A call to a platform failed (unreachable, refused, an answer we cannot read); the
     message is what staff see beside the student's sync state."""
+
+
+class LtiSyncRunning(DomainError):
+    """A sync with the LMS is running now, in this or another process (its ``lti_sync_run``
+    lease: submissions/lti/sync.py ``run_sync_exclusive``); one runs at a time."""
+
+    code = "lti_sync_running"
+    http_status = 409

@@ -33,7 +33,8 @@ import os
 import secrets
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
@@ -41,7 +42,7 @@ from sqlalchemy.orm import Session
 from grader.manifest import MANIFESTS
 from submissions import audit, repository, standings
 from submissions.lti import keys, people
-from submissions.lti.errors import LtiPlatformError
+from submissions.lti.errors import LtiPlatformError, LtiSyncRunning
 from submissions.lti.platform import SCOPE_LINEITEM, PlatformClient
 from submissions.models import LtiLineItem, LtiScoreState, LtiScoreSync, utc_now
 from submissions.settings import Settings
@@ -377,6 +378,75 @@ def run_sync(session_factory: SessionFactory, *, settings: Settings, now: dt.dat
 
 #: The lease a scheduled round needs (submissions/repository/leases.py).
 SYNC_LEASE = "lti_sync"
+#: The lease every run holds while it runs, scheduled or on demand: one run at a time across
+#: processes and hosts, so that two never find-or-create the same line item at once.
+RUN_LEASE = "lti_sync_run"
+#: How long the run lease lasts unless renewed (seconds); a run renews it every third of
+#: that, so a run whose process died frees it within this time.
+RUN_LEASE_S = 120.0
+
+
+@contextmanager
+def _held(session_factory: SessionFactory, *, name: str, holder: str, ttl_s: float) -> Iterator[bool]:
+    """Hold lease `name` for the block, renewed every ``ttl_s / 3`` in a thread and released
+    at its end. Yields whether it was taken (False: another holds it; the block runs anyway,
+    and decides)."""
+    with session_factory() as session:
+        taken = repository.take_lease(session, name=name, holder=holder, ttl_s=ttl_s, now=utc_now())
+        session.commit()
+    if not taken:
+        yield False
+        return
+    done = threading.Event()
+
+    def renew() -> None:
+        while not done.wait(ttl_s / 3):
+            try:
+                with session_factory() as session:
+                    kept = repository.take_lease(session, name=name, holder=holder, ttl_s=ttl_s,
+                                                 now=utc_now())
+                    session.commit()
+            except Exception:  # noqa: BLE001 - a database outage: the next renewal tries again
+                logger.exception("LMS sync: the lease %r could not be renewed", name)
+                continue
+            if not kept:
+                logger.warning("LMS sync: %s lost the lease %r during a run", holder, name)
+                return
+
+    keeper = threading.Thread(target=renew, name=f"lease-{name}", daemon=True)
+    keeper.start()
+    try:
+        yield True
+    finally:
+        done.set()
+        keeper.join()
+        try:
+            with session_factory() as session:
+                repository.release_lease(session, name=name, holder=holder, now=utc_now())
+                session.commit()
+        except Exception:  # noqa: BLE001 - it expires by itself
+            logger.exception("LMS sync: the lease %r could not be released", name)
+
+
+def run_sync_exclusive(session_factory: SessionFactory, *, settings: Settings, now: dt.datetime,
+                       rosters: bool | None = None, holder: str | None = None,
+                       lease_s: float = RUN_LEASE_S) -> SyncRun:
+    """`run_sync` while holding the ``lti_sync_run`` lease (`RUN_LEASE`): the only way the
+    service runs a sync, scheduled (`LtiSyncLoop`) or on demand (``POST /api/v1/lti/sync``,
+    the ``/lti`` page, `grader lti sync`), so two runs never overlap, in one process or many.
+
+    Raises:
+        LtiSyncRunning: another run holds the lease (the message says since when).
+    """
+    holder = holder or process_holder_id()
+    with _held(session_factory, name=RUN_LEASE, holder=holder, ttl_s=lease_s) as taken:
+        if not taken:
+            with session_factory() as session:
+                lease = repository.get_lease(session, name=RUN_LEASE)
+                since = lease.acquired_at.strftime("%H:%M:%S UTC") if lease is not None else "a moment ago"
+            raise LtiSyncRunning(f"a sync with the LMS is running now (since {since}); its results show on "
+                                 "the LMS page when it ends: sync again after that if you still need to")
+        return run_sync(session_factory, settings=settings, now=now, rosters=rosters)
 
 
 def process_holder_id() -> str:
@@ -404,11 +474,12 @@ class LtiSyncLoop:
     - `stop` releases the lease once no round is running, so another process takes over at
       its next tick instead of after the expiry.
 
-    A holder cut off from the database for longer than `lease_s` during a round may finish
-    that round while another process starts one; so may an on-demand sync (`run_sync` from
-    ``POST /api/v1/lti/sync``, the ``/lti`` page, `grader lti sync`), which does not take the
-    lease. Scores sent twice replace themselves; two runs sending an assignment's first score
-    to a course at the same moment could each create its line item (each looks it up first).
+    Every round also holds the run lease (`run_sync_exclusive`) that on-demand syncs take
+    (``POST /api/v1/lti/sync``, the ``/lti`` page, `grader lti sync`): a round that finds one
+    running waits for the next tick, and an on-demand sync that finds a round running is
+    refused (409 ``lti_sync_running``), so two runs never overlap. A process cut off from the
+    database for longer than a lease while it runs may still finish its run beside a new one;
+    scores sent twice replace themselves.
     """
 
     def __init__(self, session_factory: SessionFactory, settings: Settings, *,
@@ -452,8 +523,12 @@ class LtiSyncLoop:
                                       daemon=True)
             keeper.start()
             try:
-                run_sync(self.session_factory, settings=self.settings, now=utc_now())
+                run_sync_exclusive(self.session_factory, settings=self.settings, now=utc_now(),
+                                   holder=self.holder)
                 self.rounds += 1
+            except LtiSyncRunning:
+                logger.info("LMS sync: a round waits for the next tick (another run is under way)")
+                return False
             finally:
                 done.set()
                 keeper.join()

@@ -324,7 +324,7 @@ def sync_now(request: Request, checked: CheckedForm, session: SessionDep,
     # The sync writes in its own transactions: end this request's (on SQLite it holds the
     # write lock from its first statement, BEGIN IMMEDIATE: submissions/db.py).
     session.commit()
-    sync.run_sync(request.app.state.session_factory, settings=settings, now=now, rosters=True)
+    sync.run_sync_exclusive(request.app.state.session_factory, settings=settings, now=now, rosters=True)
     return redirect("/lti")
 
 

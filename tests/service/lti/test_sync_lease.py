@@ -4,7 +4,10 @@
 - two real processes run the loop against one database: only one of them syncs the rounds;
   killed (SIGKILL: no clean stop), it stops renewing and the other takes over once the
   lease has expired, not before;
-- a loop that stops cleanly releases the lease, and another loop takes over at its next tick.
+- a loop that stops cleanly releases the lease, and another loop takes over at its next tick;
+- one run at a time, scheduled or on demand (the ``lti_sync_run`` lease): "Sync now" while
+  another run holds it is a 409, a scheduled round waits for the next tick, and a run longer
+  than its lease keeps it.
 
 The rounds themselves are replaced by a note of who ran one and when (what a round does is
 tested in test_roster.py and test_grades.py)."""
@@ -19,11 +22,14 @@ import time
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
+from submissions import repository
 from submissions.lti import sync
 from submissions.lti.sync import LtiSyncLoop
+from submissions.models import utc_now
 
-from ..helpers import wait_until
+from ..helpers import instructor_headers, wait_until
 
 REPOSITORY_ROOT = Path(__file__).resolve().parents[3]
 INTERVAL_S = 0.2
@@ -115,3 +121,66 @@ def test_a_loop_that_stops_releases_the_lease_to_the_next(committed_db, wait_s: 
     finally:
         first.stop(timeout_s=20)
         second.stop(timeout_s=20)
+
+
+# ------------------------------------------------- one run at a time: the run lease
+
+
+def _take_run_lease(session_factory, holder: str, ttl_s: float = 300.0) -> bool:
+    with session_factory() as session:
+        taken = repository.take_lease(session, name=sync.RUN_LEASE, holder=holder, ttl_s=ttl_s,
+                                      now=utc_now())
+        session.commit()
+    return taken
+
+
+def test_an_on_demand_sync_is_refused_while_another_run_holds_the_run_lease(
+        client: TestClient, db_session) -> None:
+    """Two runs would each find-or-create an assignment's line item at once: "Sync now"
+    (the API, the page) while a scheduled round of another process runs is a 409, not a
+    second run beside it."""
+    assert repository.take_lease(db_session, name=sync.RUN_LEASE, holder="another process",
+                                 ttl_s=300.0, now=utc_now())
+    db_session.commit()
+    refused = client.post("/api/v1/lti/sync", headers=instructor_headers())
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "lti_sync_running", refused.text
+    assert "running now (since" in refused.json()["error"]["message"]
+    assert repository.release_lease(db_session, name=sync.RUN_LEASE, holder="another process",
+                                    now=utc_now())
+    db_session.commit()
+    assert client.post("/api/v1/lti/sync", headers=instructor_headers()).status_code == 200
+    assert _take_run_lease(lambda: db_session, "the next run"), "a finished run releases the lease"
+
+
+def test_a_scheduled_round_waits_for_a_run_under_way(committed_db,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sync, "run_sync", lambda _factory, **kwargs: None)
+    loop = LtiSyncLoop(committed_db.session_factory, committed_db.settings(lti_sync_interval_s=60.0),
+                       holder="scheduler")
+    assert _take_run_lease(committed_db.session_factory, "Sync now, in another process")
+    assert loop.run_round() is False and loop.rounds == 0
+    with committed_db.session_factory() as session:
+        repository.release_lease(session, name=sync.RUN_LEASE, holder="Sync now, in another process",
+                                 now=utc_now())
+        session.commit()
+    assert loop.run_round() is True and loop.rounds == 1
+    loop.stop(timeout_s=20)
+
+
+def test_a_long_run_keeps_its_lease_and_frees_it_at_the_end(committed_db,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run longer than its lease renews it (every third of it), so no other run starts
+    beside it; at its end the lease is free at once."""
+    lease_s, seen = 4.0, []
+
+    def slow_run(session_factory, **kwargs):
+        time.sleep(lease_s * 1.5)
+        seen.append(_take_run_lease(session_factory, "another run"))
+        return sync.SyncRun()
+
+    monkeypatch.setattr(sync, "run_sync", slow_run)
+    settings = committed_db.settings()
+    sync.run_sync_exclusive(committed_db.session_factory, settings=settings, now=utc_now(),
+                            holder="a long run", lease_s=lease_s)
+    assert seen == [False]
+    assert _take_run_lease(committed_db.session_factory, "another run")
