@@ -36,7 +36,7 @@ install: $(STAMP)
 serve: $(STAMP)
 	$(VENV)/bin/grader serve --host "$(HOST)" --port "$(PORT)"
 
-# ruff first (seconds; pyproject's [tool.ruff]), then what pip cannot bring (scripts/test_setup.sh:
+# ruff and mypy first (seconds; pyproject's [tool.ruff] and [tool.mypy]), then what pip cannot bring (scripts/test_setup.sh:
 # Debian's chromium and apparmor as root, axe-core with npm ci, PostgreSQL started; or the one
 # command to run), then the suite.
 test: lint test-setup
@@ -47,6 +47,7 @@ test-setup:
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 # Grade the bundled reference solution with the CPU interpreter (no GPU needed).
 check-reference: $(STAMP)

@@ -337,7 +337,7 @@ def read_evidence(steps: list[PlannedCheck], workdir: Path,
 
 def _numbered(tensors: dict, key: str) -> list:
     """``key1``, ``key2``, ... while present (the further outputs of a tuple-returning call)."""
-    found = []
+    found: list = []
     while f"{key}{len(found) + 1}" in tensors and len(found) < 7:
         found.append(tensors[f"{key}{len(found) + 1}"])
     return found
@@ -348,7 +348,7 @@ def call_level_error(evidence_calls: dict[str, CallEvidence]) -> GradingError | 
     for evidence in evidence_calls.values():
         report = evidence.report
         exc = report.exception if report else None
-        if exc is None:
+        if report is None or exc is None:
             continue
         if exc.exit:
             return GradingError(kind=ErrorKind.EXITED, message=f"the submission raised SystemExit in call {report.id}")

@@ -710,7 +710,7 @@ class TimedVerification(_Model):
             axis for axes in self.input_axes if axes for axis in axes}
         unknown = (named - {None}) - set(self.draws)
         if unknown:
-            raise ValueError(f"axes name dimensions that are not drawn: {sorted(unknown)}")
+            raise ValueError(f"axes name dimensions that are not drawn: {sorted(str(axis) for axis in unknown)}")
         if any(count < 1 for count in self.draws.values()):
             raise ValueError("every drawn dimension needs at least one index")
         return self

@@ -167,8 +167,8 @@ class CapturedLog(DocumentModel):
 
     text: str = ""
     truncated: bool = False
-    total_bytes: int = Field(0, ge=0)
-    omitted_bytes: int = Field(0, ge=0)
+    total_bytes: int = Field(default=0, ge=0)
+    omitted_bytes: int = Field(default=0, ge=0)
 
 
 class GpuClocks(DocumentModel):
@@ -319,7 +319,8 @@ def summarize(document: ResultDocument) -> ReportSummary:
     if first is not None:
         # The hint only from the grader's structured field: the message may hold the
         # submission's own text (an exception's message), so it is never split for one.
-        hint = first.details.get("hint") if isinstance(first.details.get("hint"), str) else ""
+        given = first.details.get("hint")
+        hint = given if isinstance(given, str) else ""
         problem = first.message
         if hint and problem.endswith(hint):  # a diagnosis is part of the sentence it ends
             problem = problem[: -len(hint)].rstrip()
@@ -387,7 +388,7 @@ class ResultDocument(DocumentModel):
     limits: dict[str, Any] | None = None
     #: The host, host cores and GPU that graded (grader/sandbox/placement.py).
     placement: Placement | None = None
-    log: CapturedLog = Field(default_factory=CapturedLog)
+    log: CapturedLog = Field(default_factory=lambda: CapturedLog())
     #: Things the student should know about how the run went that are not check verdicts
     #: (e.g. an autotuner narrowed to its first config under the CPU interpreter).
     notes: list[str] = Field(default_factory=list)

@@ -166,7 +166,8 @@ def render_result(document: ResultDocument | dict[str, Any], console: Console | 
     if benchmark is not None and benchmark.headline is not None and benchmark.headline.value is not None:
         console.print(f"benchmark: {benchmark.headline.name} = {benchmark.headline.value:.3f}", markup=False)
     elif benchmark is not None and (benchmark.error or (benchmark.headline and benchmark.headline.reason)):
-        console.print(f"benchmark: no score: {benchmark.error or benchmark.headline.reason}", markup=False)
+        reason = benchmark.error or (benchmark.headline.reason if benchmark.headline else None)
+        console.print(f"benchmark: no score: {reason}", markup=False)
     colour = {"passed": "green", "failed": "red"}.get(document.verdict.value, "yellow")
     # A result read from the service has no seed (students never see one): leave it out.
     seed = f"seed {document.seed}, " if "seed" in document.model_fields_set else ""

@@ -141,8 +141,9 @@ def row_speeds(benchmark: BenchmarkResult | None) -> list[RowSpeed]:
 def furthest_from_floor(speeds: list[RowSpeed], count: int = FURTHEST_ROWS) -> list[RowSpeed]:
     """The `count` rows with the smallest fraction of the floor, under 1 (slower than the
     floor), furthest first; rows without a fraction are left out."""
-    below = [s for s in speeds if s.fraction_of_floor is not None and s.fraction_of_floor < 1]
-    return sorted(below, key=lambda s: s.fraction_of_floor)[:count]
+    below = [(s.fraction_of_floor, index, s) for index, s in enumerate(speeds)
+             if s.fraction_of_floor is not None and s.fraction_of_floor < 1]
+    return [s for _, _, s in sorted(below)[:count]]
 
 
 def format_rate(speed: RowSpeed, none: str = "-") -> str:

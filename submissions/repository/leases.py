@@ -27,8 +27,9 @@ longer than any skew.
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any, cast
 
-from sqlalchemy import case, literal, or_, update
+from sqlalchemy import CursorResult, Result, case, literal, or_, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -43,14 +44,14 @@ def take_lease(session: Session, *, name: str, holder: str, ttl_s: float,
     it. Returns whether `holder` holds it now: False while another unexpired holder has it.
     Safe with any number of concurrent callers (module docstring)."""
     expires_at = now + dt.timedelta(seconds=ttl_s)
-    taken = session.execute(
+    taken = _rows_updated(session.execute(
         update(Lease)
         .where(Lease.name == name, or_(Lease.holder == holder, Lease.expires_at <= now))
         .values(holder=holder, expires_at=expires_at,
                 acquired_at=case((Lease.holder == holder, Lease.acquired_at),
                                  else_=literal(now, UTCDateTime())))
         .execution_options(synchronize_session=False)
-    ).rowcount
+    ))
     if taken:
         return True
     try:
@@ -64,12 +65,18 @@ def take_lease(session: Session, *, name: str, holder: str, ttl_s: float,
 def release_lease(session: Session, *, name: str, holder: str, now: dt.datetime) -> bool:
     """End `holder`'s lease `name` now (another may take it at once). False when `holder`
     did not hold it."""
-    return bool(session.execute(
+    return bool(_rows_updated(session.execute(
         update(Lease)
         .where(Lease.name == name, Lease.holder == holder, Lease.expires_at > now)
         .values(expires_at=now)
         .execution_options(synchronize_session=False)
-    ).rowcount)
+    )))
+
+
+def _rows_updated(result: Result[Any]) -> int:
+    """The row count of an UPDATE's result (a ``CursorResult``; ``Session.execute`` is typed
+    with the general ``Result``)."""
+    return cast(CursorResult[Any], result).rowcount
 
 
 def get_lease(session: Session, *, name: str) -> Lease | None:
