@@ -490,6 +490,9 @@ def _replay_problem(call: PlannedCall, evidence: CheckEvidence) -> tuple[str | N
     if launches == 0:
         return f"{call.label}: the call launched no @triton.jit kernel.{outside}", launches, False
     replayed = got.replay_outs()
+    # A call replayed on its own bases (a training step's: its inputs come from the trajectory).
+    where = ("on the call's own inputs" if call.replay_args and all(a is b for a, b in zip(call.replay_args, call.args))
+             else "on new inputs")
     for expectation in call.replay_expectations():
         named = f" {expectation.name}" if call.outputs else ""
         out = replayed[expectation.index] if expectation.index < len(replayed) else None
@@ -504,10 +507,10 @@ def _replay_problem(call: PlannedCall, evidence: CheckEvidence) -> tuple[str | N
         if not comparison.passed:
             close = (not outside and not comparison.nan_count and comparison.max_ratio <= REPLAY_CLOSE_RATIO)
             if close:  # the launches did the work: their arithmetic is at the tolerance's edge
-                return (f"{call.label}: replayed on new inputs, its {launches} Triton launch(es) gave the output{named} "
+                return (f"{call.label}: replayed {where}, its {launches} Triton launch(es) gave the output{named} "
                         f"just over the bound ({comparison.describe()}; worst error {comparison.max_ratio:.3g} times "
                         f"the allowed one)."), launches, True
-            return (f"{call.label}: replaying its {launches} Triton launch(es) on new inputs did not reproduce the "
+            return (f"{call.label}: replaying its {launches} Triton launch(es) {where} did not reproduce the "
                     f"output{named} ({comparison.describe()}).{outside}"), launches, False
     return None, launches, False
 

@@ -503,7 +503,14 @@ class PlanBuilder:
     def _TrainingStep(self, decl: TrainingStep) -> PlannedCheck:
         """The reference trajectory (the oracle's outputs as the layer's backward), one call per
         step at its states, and the two edge trajectories (every output at +- its allowed error)
-        that set the bound of each step's loss."""
+        that set the bound of each step's loss.
+
+        Each call's launches are recorded and replayed (``triton_kernel``) on the call's own
+        inputs (a step's inputs come from the trajectory, not from a draw of the case): left
+        out of the replay, the training batches were the one place a submission could answer
+        with PyTorch unseen: the hint names the batch (attention_backward's "S = 48, D = 16"),
+        and corpus attention_backward/wrong/training_batch_in_pytorch.py, PyTorch for that
+        length, passed every check."""
         problem = decl.problem()
         start = problem.init(self.plan.generator)
         params, plus, minus = dict(start), dict(start), dict(start)
@@ -514,7 +521,7 @@ class PlanBuilder:
             case = problem.inputs(params)
             spec = CaseSpec(dims={}, dtype=problem.dtype, key=str(step),
                             label=f"step {step} of {problem.label}: {case.label or 'the batch'}")
-            call = self.value_call(f"{decl.name}/{step}", spec, case=case, record=False)
+            call = self.value_call(f"{decl.name}/{step}", spec, case=case, replay_same_inputs=True)
             expectations = call.expectations(0)
             expected = {name: e.expected for name, e in zip(names, expectations)}
             allowed = {name: e.tolerance.allowed(e.expected, e.scale, e.slack) for name, e in zip(names, expectations)}

@@ -328,7 +328,16 @@ class Child:
                 self.synchronize()
             recorded = call.record_launches and round_index == 0
             report, result, kept = self.invoke(call_id, args, kwargs, record=recorded)
-            self.describe_output(report, result, tensors, call_id, saved, call.sample_rows)
+            try:
+                self.describe_output(report, result, tensors, call_id, saved, call.sample_rows)
+            except Exception as exc:  # noqa: BLE001 - what the call returned, not the harness, failed
+                # A tensor subclass whose detach/as_subclass/stride raise (or return a non-tensor)
+                # used to end the child here: an "exited" error on the first call, with no check
+                # graded and advice about sys.exit. It is a call that returned no usable tensor.
+                report["status"] = "not_tensor"
+                report["returned_type"] = f"{type(result).__name__} (describing it raised {type(exc).__name__})"
+                report.pop("out", None)
+                report.pop("more_outputs", None)
             if recorded and report["status"] == "ok":
                 self.record(call, report, result, kept, args, kwargs, saved)
             if call.save_inputs_after:

@@ -127,6 +127,7 @@ DIAGNOSES = {
     ("attention_backward", "wrong_lse_base.py"): ("float16_values", "the natural-log lse used as a base-2 one"),
     ("attention_backward", "delta_missing.py"): ("float16_values", "without Delta"),
     ("attention_backward", "no_causal_mask.py"): ("float16_values", "keys j > i must be masked before the exponential"),
+    ("attention_backward", "inputs_through_bf16.py"): ("float16_values", "rounded to bfloat16 (8 significant bits)"),
 }
 
 #: Checks each starter template passes already: its wrapper validates its inputs.

@@ -12,11 +12,12 @@ import math
 import torch
 from test_generic_checks import _evidence
 
-from grader.assignments.protocol import TrainingStep
+from grader.assignments.protocol import TrainingStep, TritonKernel
 from grader.assignments.softmax_cross_entropy_backward import DECLARED
 from grader.assignments.softmax_cross_entropy_backward.training import STEPS, problem
 from grader.checks.generic import PlanBuilder
 from grader.checks.plan import CheckEvidence, Plan
+from grader.harness.protocol import ReplayReport
 
 
 def _check():
@@ -61,3 +62,22 @@ def test_a_gradient_five_percent_too_large_parts_the_trajectory():
     step = int(outcome.message.split()[1])
     assert step < STEPS and outcome.max_err_over_tolerance > 1
     assert torch.isfinite(torch.tensor(outcome.max_err_over_tolerance))
+
+
+def test_the_training_calls_are_replayed_on_their_own_inputs_by_triton_kernel():
+    """The training batches are in the replay of the Triton launches, on the very inputs of each
+    call: left out, they were the one place PyTorch could answer unseen (corpus
+    attention_backward/wrong/training_batch_in_pytorch.py passed every check)."""
+    plan, check = _check()
+    replayed = PlanBuilder(DECLARED, plan).build(TritonKernel())
+    plan.checks.append(replayed)
+    assert all(call.record_launches and all(a is b for a, b in zip(call.replay_args, call.args))
+               for call in check.calls)
+    calls = _evidence(plan)
+    for call in check.calls:  # what a call answered by PyTorch records: no launch, torch operators
+        calls[call.id].report.replay = ReplayReport(status="replayed", launches=0, torch_ops=["_softmax", "sub"])
+    evidence = CheckEvidence(calls=calls, bank=plan.bank, earlier={check.name: check.evaluate(
+        check, CheckEvidence(calls=calls, bank=plan.bank))})
+    outcome = replayed.evaluate(replayed, evidence)
+    assert not outcome.passed and outcome.message.startswith("step 0 of the two-layer"), outcome.message
+    assert "launched no @triton.jit kernel" in outcome.message and outcome.details["failed"] == STEPS

@@ -42,8 +42,8 @@ def _dq(q, k, v, do, lse, o, *, base2_lse: bool = False, delta: bool = True) -> 
 def diagnose(out: torch.Tensor, call, evidence) -> str:
     """Name the common mistake dq (``out``) matches (a hint, never a verdict): NaN exactly in the
     rows where an unmasked key's exp(s - lse) makes dS overflow the input dtype (no causal
-    mask), the natural-log lse used in base 2, dS without Delta; each within the call's own
-    bound, and only where exactly one matches."""
+    mask), the inputs rounded to bfloat16, the natural-log lse used in base 2, dS without
+    Delta; each within the call's own bound, and only where exactly one matches."""
     placed = call.extra.get("placed")
     if not placed or out.dim() != 4:
         return ""
@@ -63,7 +63,12 @@ def diagnose(out: torch.Tensor, call, evidence) -> str:
                     " j > i must be masked before the exponential (P = 0 there).")
         return ""
     expectation = call.expectations(0)[0]
+    # dq as a kernel computes it (the given lse and out) from q, k, v and dout kept to bf16's bits
+    bf16 = _dq(*(t.to(torch.bfloat16).double() for t in (q, k, v, do)), lse, o)
     candidates = {
+        # Equal to the oracle on the 2^-5 grid, so only a full-precision case can match it.
+        "the dq of q, k, v and dout rounded to bfloat16 (8 significant bits): keep every input in its own dtype "
+        "(no tl.bfloat16 cast of a float16 input)": bf16,
         "P = 2^(s log2(e) - lse): the natural-log lse used as a base-2 one (multiply lse by log2(e) too)":
             _dq(q, k, v, do, lse, o, base2_lse=True),
         "dS = P * dP, without Delta = rowsum(dout * out)": _dq(q, k, v, do, lse, o, delta=False),

@@ -24,6 +24,11 @@ the output dtype (vtol) for the result's rounding.
 Invariants the maths gives: sum over the keys of dk is 0 (adding one vector to every key adds
 the same q.c to every score of a row: no softmax changes); sum over the keys of dv equals the
 sum over the queries of dout (each row of P sums to one).
+
+The inputs: on the 2^-5 grid (inputs.make_case: exact in float16 and bfloat16, so out and lse
+drawn in fp64 are those of the inputs the call gets), except one float16_values case whose
+inputs use every bit of float16 (inputs.full_precision_case): on the grid alone a kernel that
+drops input bits down to bfloat16's passed every check.
 """
 
 from __future__ import annotations
@@ -80,6 +85,13 @@ def _case(b: int, h: int, s: int, d: int, dtype: str = "float16", **layouts) -> 
     return CaseSpec(dims={"B": b, "H": h, "S": s, "D": d}, dtype=dtype, layouts=layouts)
 
 
+def _full_precision(b: int, h: int, s: int, d: int, dtype: str = "float16") -> CaseSpec:
+    """A case whose inputs use every bit of ``dtype`` (inputs.full_precision_case says why)."""
+    from grader.assignments.attention_backward.inputs import full_precision_case
+    dims, draw = {"B": b, "H": h, "S": s, "D": d}, full_precision_case(dtype)
+    return CaseSpec(dims=dims, dtype=dtype, draw=lambda generator: draw(generator, dims))
+
+
 def _autograd(case, values):
     from grader.assignments.attention_backward.oracle import autograd_fp64
     return autograd_fp64(values["q"], values["k"], values["v"], values["dout"])
@@ -114,7 +126,8 @@ def checks(device: str) -> tuple:
     the bfloat16 cases are left out and bfloat16_values is skipped whole."""
     small = _case(1, 1, 19, 16)
     declared = (
-        ValueCheck("float16_values", (_case(1, 2, 37, 16), _case(1, 1, 130, 32), _case(2, 1, 20, 64)),
+        ValueCheck("float16_values", (_case(1, 2, 37, 16), _case(1, 1, 130, 32), _case(2, 1, 20, 64),
+                                      _full_precision(1, 2, 45, 16)),
                    reference=_autograd),
         ValueCheck("bfloat16_values", (_case(1, 2, 37, 16, "bfloat16"), _case(1, 1, 130, 32, "bfloat16")),
                    reference=_autograd),

@@ -2,10 +2,12 @@
 diagonal block of queries, not every block from the diagonal to S, so keys miss the queries
 of later blocks (right while S fits in one block).
 
-No hint names it: the value check's own hint gives the formula; dk_key_sum and dv_key_sum
-fail after it.
+No hint names it: the value check's own hint gives the formula; dv_key_sum fails after it.
+dk_key_sum only on some draws: what a key misses is the dS of later queries, whose sum over the
+earlier keys is small (1.4x its bound at seed 0 before float16_values drew one more case, under
+it since), so it is not expected.
 
-Expected failed checks: float16_values, bfloat16_values, dk_key_sum, dv_key_sum, edge_shapes
+Expected failed checks: float16_values, bfloat16_values, dv_key_sum, edge_shapes
 
 Expected hint: none
 """
