@@ -490,9 +490,7 @@ def _replay_problem(call: PlannedCall, evidence: CheckEvidence) -> tuple[str | N
     if launches == 0:
         return f"{call.label}: the call launched no @triton.jit kernel.{outside}", launches, False
     replayed = got.replay_outs()
-    # A call replayed on its own bases (a training step's: its inputs come from the trajectory).
-    where = ("on the call's own inputs" if call.replay_args and all(a is b for a, b in zip(call.replay_args, call.args))
-             else "on new inputs")
+    where = "on the call's own inputs" if _replayed_on_own_inputs(call) else "on new inputs"
     for expectation in call.replay_expectations():
         named = f" {expectation.name}" if call.outputs else ""
         out = replayed[expectation.index] if expectation.index < len(replayed) else None
@@ -544,6 +542,12 @@ REPLAY_HINTS = {
 }
 
 
+def _replayed_on_own_inputs(call: PlannedCall) -> bool:
+    """Whether the call's launches are replayed on its own bases, not on new inputs: a training
+    step's (its inputs come from the trajectory) and, on a GPU, the output contract's."""
+    return bool(call.replay_args) and all(a is b for a, b in zip(call.replay_args, call.args))
+
+
 def evaluate_triton_kernel(check: PlannedCheck, evidence: CheckEvidence, *, recorded: list[PlannedCall],
                            hint: str) -> CheckOutcome:
     """The Triton launches alone do the work: for every recorded call whose output was right,
@@ -559,12 +563,13 @@ def evaluate_triton_kernel(check: PlannedCheck, evidence: CheckEvidence, *, reco
     """
     problems: list[str] = []
     kinds: set[str] = set()  # of the calls not reproduced: "none" launched, PyTorch "outside" Triton, "other"
-    checked = launches_total = 0
+    checked = launches_total = own = 0
     for call in recorded:
         got = evidence.calls.get(call.id)
         if got is None or got.report is None or got.report.status != "ok" or not _right(call, got):
             continue
         checked += 1
+        own += _replayed_on_own_inputs(call)
         problem, launches, close = _replay_problem(call, evidence)
         launches_total += launches
         if problem:
@@ -584,6 +589,8 @@ def evaluate_triton_kernel(check: PlannedCheck, evidence: CheckEvidence, *, reco
         hint = REPLAY_HINTS.get(next(iter(kinds)), hint) if len(kinds) == 1 else hint
         return CheckOutcome(name=check.name, passed=False, details={**details, "hint": hint},
                             message=f"{problems[0].rstrip('.')}{more}. Hint: {hint}")
+    where = ("on new inputs" if not own else "on the calls' own inputs" if own == checked
+             else f"on new inputs ({own} of the calls on their own inputs)")
     return CheckOutcome(name=check.name, passed=True, details=details,
-                        message=f"{checked} calls: their {launches_total} recorded Triton launches, replayed on new "
-                                "inputs, reproduced the right output")
+                        message=f"{checked} calls: their {launches_total} recorded Triton launches, replayed {where}, "
+                                "reproduced the right output")
