@@ -564,10 +564,21 @@ class PlanBuilder:
                                 f"{bounds[step]:.3g} ({decl.margin:g}x how far outputs at the edge of their tolerance "
                                 f"take it)." + hint_for(evidence, hint, requires),
                         details=hinted({}, hint_for(evidence, hint, requires)))
+            # The loss sees only what moves it: an error in a direction the step cannot feel (the
+            # null space of the layer's input, say) keeps the trajectory. So every step's outputs
+            # must also be within their tolerance of the oracle's on that step's inputs, the value
+            # checks' one rule; a call whose output is wrong is not replayed by triton_kernel either.
+            values = evaluate_values(check, evidence, hint=hint, diagnose=self.declared.diagnose,
+                                     hint_requires=requires)
+            if not values.passed:
+                return values.model_copy(update={
+                    "message": f"the loss stayed within its bound at every step, but {values.message}"})
             return CheckOutcome(
-                name=check.name, passed=True, max_err_over_tolerance=worst, cases=len(check.calls),
+                name=check.name, passed=True, max_err_over_tolerance=max(worst, values.max_err_over_tolerance or 0.0),
+                cases=len(check.calls),
                 message=f"{problem.steps} steps of {problem.label}: loss {first_loss:.6g} -> {reference[-1]:.6g}, "
-                        f"yours within {worst:.2g} of the bound at every step")
+                        f"yours within {worst:.2g} of the bound at every step, and every step's outputs within "
+                        f"{values.max_err_over_tolerance or 0.0:.2g} of their tolerance")
 
         return PlannedCheck(decl.name, calls, evaluate)
 

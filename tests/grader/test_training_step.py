@@ -64,6 +64,28 @@ def test_a_gradient_five_percent_too_large_parts_the_trajectory():
     assert torch.isfinite(torch.tensor(outcome.max_err_over_tolerance))
 
 
+def test_one_wrong_element_the_loss_cannot_feel_still_fails_the_step():
+    """One element at 20x its allowed error moves the loss far less than every element at the
+    edge of its tolerance (the bound): the trajectory holds, the step's values do not (a kernel
+    wrong where the loss does not look passed before; it was not replayed by triton_kernel
+    either, which counts only right outputs)."""
+    plan, check = _check()
+
+    def one_element_off(call, outs):
+        if not call.id.endswith("/3"):
+            return outs
+        [expectation] = call.expectations(0)
+        allowed = expectation.tolerance.allowed(expectation.expected, expectation.scale, expectation.slack)
+        bad = outs[0].clone()
+        bad[7, 2] += 20 * float(allowed[7, 2])
+        return [bad]
+
+    outcome = check.evaluate(check, CheckEvidence(calls=_evidence(plan, one_element_off), bank=plan.bank))
+    assert not outcome.passed, outcome.message
+    assert outcome.message.startswith("the loss stayed within its bound at every step, but "), outcome.message
+    assert "step 3 of the two-layer" in outcome.message and 15 < outcome.max_err_over_tolerance < 25
+
+
 def test_the_training_calls_are_replayed_on_their_own_inputs_by_triton_kernel():
     """The training batches are in the replay of the Triton launches, on the very inputs of each
     call: left out, they were the one place PyTorch could answer unseen (corpus
