@@ -6,6 +6,9 @@
 #  2. the same peers child alone (scripts/gpu_peers_probe.py), for comparison;
 #  3. the whole GPU exploit corpus after the contract's re-judging from the trusted replay
 #     (tests/grader/test_exploits_gpu.py, `-m gpu`).
+# Then, in a third call, `JOBS=8 bash scripts/gpu_attention.sh OUTDIR`: the attention corpora on
+# the GPU after session 11's changes (attention_backward's full-precision float16 case, the
+# training calls replayed and compared element by element), none of them run on a GPU yet.
 #   bash scripts/gpu_round11.sh bench       steps 1 and 2 (about 5 minutes)
 #   bash scripts/gpu_round11.sh exploits    step 3 (one device call each: a call may run 600 s)
 # On the device machine; writes /tmp/r11 and $OUT/r11-<step>.tgz.
