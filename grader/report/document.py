@@ -202,9 +202,9 @@ class GpuIdentity(DocumentModel):
 
     name: str = Field(max_length=200)
     index: int | None = None
-    uuid: str | None = Field(None, max_length=100)
-    pci_bus_id: str | None = Field(None, max_length=100)
-    driver: str | None = Field(None, max_length=100)
+    uuid: str | None = Field(default=None, max_length=100)
+    pci_bus_id: str | None = Field(default=None, max_length=100)
+    driver: str | None = Field(default=None, max_length=100)
     clocks_start: GpuClocks | None = None
     clocks_end: GpuClocks | None = None
 
@@ -218,7 +218,7 @@ class Placement(DocumentModel):
         gpu: the GPU, when the grading used one.
     """
 
-    host: str | None = Field(None, max_length=255)
+    host: str | None = Field(default=None, max_length=255)
     cpus: list[int] = Field(default_factory=list)
     gpu: GpuIdentity | None = None
 

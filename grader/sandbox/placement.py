@@ -38,11 +38,16 @@ def visible_gpu(environ: Mapping[str, str] | None = None) -> str:
     return first or "0"
 
 
-def _number(text: str, kind: type[int] | type[float]) -> int | float | None:
+def _float(text: str) -> float | None:
     try:
-        return kind(float(text)) if kind is int else float(text)
+        return float(text)
     except ValueError:  # "[N/A]", "[Not Supported]"
         return None
+
+
+def _int(text: str) -> int | None:
+    value = _float(text)
+    return None if value is None else int(value)
 
 
 def parse_gpu_query(line: str) -> tuple[GpuIdentity, GpuClocks]:
@@ -55,9 +60,8 @@ def parse_gpu_query(line: str) -> tuple[GpuIdentity, GpuClocks]:
     if len(values) != len(_QUERY_FIELDS):
         raise ValueError(f"nvidia-smi answered {len(values)} fields, expected {len(_QUERY_FIELDS)}: {line!r}")
     index, uuid, name, bus_id, driver, sm, mem, temperature, power = values
-    clocks = GpuClocks(sm_mhz=_number(sm, int), memory_mhz=_number(mem, int),
-                       temperature_c=_number(temperature, int), power_w=_number(power, float))
-    identity = GpuIdentity(name=name, index=_number(index, int), uuid=uuid or None, pci_bus_id=bus_id or None,
+    clocks = GpuClocks(sm_mhz=_int(sm), memory_mhz=_int(mem), temperature_c=_int(temperature), power_w=_float(power))
+    identity = GpuIdentity(name=name, index=_int(index), uuid=uuid or None, pci_bus_id=bus_id or None,
                            driver=driver or None)
     return identity, clocks
 

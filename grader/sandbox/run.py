@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from grader.sandbox.bwrap import SandboxUnavailable, resolve_bwrap
 from grader.sandbox.child_limits import (
@@ -392,7 +393,7 @@ def run_sandboxed(
     env = build_environment(device=device, home=home, cache_dir=str(cache_dir) if cache_dir is not None else None)
     cgroup = (Cgroup(settings.memory_limit_bytes, settings.max_processes)
               if os.geteuid() == 0 and settings.use_cgroup else None)
-    limits = {
+    limits: dict[str, Any] = {
         "wall_s": settings.child_timeout_s,
         "compile_budget_s": compile_budget_s if progress else 0.0,
         "memory_bytes": settings.memory_limit_bytes,
@@ -447,7 +448,7 @@ def run_sandboxed(
                 os.close(fd)
         raise SandboxUnavailable(f"could not start the sandboxed child: {exc}") from exc
     progress_lines = None
-    if progress_write is not None:
+    if progress_read is not None and progress_write is not None:
         os.close(progress_write)  # the child holds the only write end now
         progress_lines = ProgressLines(progress_read, reports_stages=reports_stages)
         progress_lines.start()
