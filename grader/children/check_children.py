@@ -17,6 +17,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from safetensors.torch import save_file
 
@@ -30,7 +31,7 @@ from grader.evidence.reader import (
     read_done,
     read_evidence,
 )
-from grader.harness.protocol import BenchmarkRowSpec
+from grader.harness.protocol import BenchmarkRowSpec, TensorSpec
 from grader.sandbox.run import ChildOutcome, SandboxUnavailable, run_sandboxed, stage_harness
 from grader.sandbox.work_fs import work_folder_full
 from grader.settings import GraderSettings, first_call_limit_s
@@ -206,7 +207,8 @@ class PrestartedChild:
         os.replace(plan_file, self.workdir / "plan.json")
         self._thread.join()
         outcome = self._outcome
-        if self._failure is not None or outcome is None or outcome.progress is None or not outcome.progress.started:
+        if (self._failure is not None or outcome is None or outcome.started is None or outcome.progress is None
+                or not outcome.progress.started):
             return None
         waited = self._handed - outcome.started
         return dataclasses.replace(outcome, started=self._handed, duration_s=max(0.0, outcome.duration_s - waited),
@@ -231,10 +233,10 @@ class IsolatedChild:
     def __init__(self, plan: Plan, assignment: Assignment, source: str, *, device: str, settings: GraderSettings,
                  grading_dir: Path, cache_dir: Path) -> None:
         self._cancel = threading.Event()
-        self._arguments = dict(isolated=True, device=device, settings=settings, grading_dir=grading_dir,
-                               cache_dir=cache_dir)
+        self._arguments: dict[str, Any] = dict(isolated=True, device=device, settings=settings,
+                                               grading_dir=grading_dir, cache_dir=cache_dir)
         self._plan, self._assignment, self._source = plan, assignment, source
-        self._result: tuple | None = None
+        self._result: tuple[Path, ChildOutcome] | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="isolated-child", daemon=True)
         self._thread.start()
@@ -255,6 +257,8 @@ class IsolatedChild:
         self._thread.join()
         if self._error is not None:
             raise self._error
+        if self._result is None:
+            raise RuntimeError("the isolated child's thread left no outcome")
         return self._result
 
     def cancel(self) -> None:
@@ -294,7 +298,7 @@ def first_input_of(plan: Plan) -> str | None:
     steps = plan.steps(isolated=False)
     call = steps[0].calls[0] if steps and steps[0].calls else None
     shapes = ["x".join(str(n) for n in arg.size) or "scalar" for arg in (call.args if call is not None else [])
-              if getattr(arg, "kind", "") == "tensor"]
+              if isinstance(arg, TensorSpec)]
     if not shapes:
         return None
     if len(set(shapes)) == 1:
@@ -325,7 +329,8 @@ def run_isolated(plan: Plan, assignment: Assignment, source: str, evidence: Chec
     steps = plan.steps(isolated=True)
     if not steps:
         return []
-    arguments = dict(isolated=True, device=device, settings=settings, grading_dir=grading_dir, cache_dir=cache_dir)
+    arguments: dict[str, Any] = dict(isolated=True, device=device, settings=settings, grading_dir=grading_dir,
+                                     cache_dir=cache_dir)
     if started is not None:
         workdir, outcome = started.result()
         if never_started(outcome):  # e.g. crowded out of the device by the main child's memory

@@ -35,8 +35,9 @@ from grader.harness.protocol import (
     ReplayCallStatus,
     ReplayPlan,
     ReplayResult,
+    TensorSpec,
 )
-from grader.sandbox.run import run_sandboxed, stage_harness
+from grader.sandbox.run import ChildOutcome, run_sandboxed, stage_harness
 from grader.settings import GraderSettings
 
 
@@ -104,7 +105,7 @@ def replay_inputs(plan: Plan, recordings: dict[str, CallRecording]) -> dict[str,
         named.update({f"kwarg_{k}": spec for k, spec in call.replay_kwargs.items()})
         for buffer in recording.buffers:
             spec = named.get(buffer.name)
-            if spec is not None and getattr(spec, "kind", "") == "tensor":
+            if isinstance(spec, TensorSpec):
                 base = plan.bank.bases[spec.base].contiguous()
                 tensors[f"{call_id}|{buffer.name}"] = base.view(-1).view(torch.uint8).clone()
     return tensors
@@ -134,7 +135,7 @@ class ReplayProcess:
         self.workdir = Path(tempfile.mkdtemp(prefix="replay-", dir=settings.work_root or None))
         self.harness_root = Path(tempfile.mkdtemp(prefix="replay-harness-", dir=settings.work_root or None))
         self._thread: threading.Thread | None = None
-        self._outcome = None
+        self._outcome: ChildOutcome | None = None
         self._failure: BaseException | None = None
         self._started = time.monotonic()
         self._checks_sent: float | None = None
@@ -245,6 +246,8 @@ class ReplayProcess:
         if self._failure is not None:
             raise self._failure
         outcome = self._outcome
+        if outcome is None:
+            raise RuntimeError("the replay process was not started, or its thread left no outcome")
         replay = ReplayOutcome(duration_s=outcome.duration_s, log=outcome.log.as_json())
         files = ChildFolder(self.workdir)
         try:
@@ -279,8 +282,8 @@ def calls_to_replay(plan: Plan, evidence_calls: dict[str, CallEvidence]) -> list
         evidence.more_replay_outs = []
         evidence.replay_inputs_modified = None
     return [call_id for call_id, call in plan.calls().items()
-            if call.record_launches and (evidence := evidence_calls.get(call_id)) is not None
-            and evidence.report is not None and evidence.report.status == "ok"]
+            if call.record_launches and (found := evidence_calls.get(call_id)) is not None
+            and found.report is not None and found.report.status == "ok"]
 
 
 def inject(evidence_calls: dict[str, CallEvidence], replay: ReplayOutcome, recorded: list[str]) -> None:
