@@ -2,6 +2,10 @@
 own path: a migrated database (SQLite in a temporary folder, or GRADER_DATABASE_URL), 300
 students each with one plausible submission, a review queued as staff would and run by a
 real `Worker` turn (submissions/worker.py -> submissions/similarity.py -> copydetect).
+Each upload is queued as the service queues it and stored as graded (passed), so that it is
+its student's counted submission, the one a review compares (the gradebook's rule,
+submissions/standings.py); with --ungraded nothing is graded and the review compares every
+student's latest upload (its fallback while nothing counts).
 
 The class is made from the corpus's correct kernels of one assignment (tests/corpus/<a>/correct
 and the reference): each student starts from one of them and is, by a seeded draw, an honest
@@ -11,7 +15,7 @@ scripts/similarity_disguise.py), or a copier of the reference. What the review s
 known, so the script also reports how many planted copies it flagged.
 
 Usage: .venv/bin/python scripts/similarity_class.py [--students 300] [--assignment A]
-       [--output docs/similarity/FILE.json]
+       [--ungraded] [--output docs/similarity/FILE.json]
 Prints one JSON document (and writes it with --output): date, machine, versions, timings.
 """
 
@@ -40,8 +44,9 @@ from grader.manifest import MANIFESTS  # noqa: E402
 from submissions import repository, similarity  # noqa: E402
 from submissions.audit import cli_actor  # noqa: E402
 from submissions.db import create_db_engine, create_session_factory  # noqa: E402
+from submissions.grading import GradingOutcome  # noqa: E402
 from submissions.migrations import upgrade_to_head  # noqa: E402
-from submissions.models import Student, Submission, utc_now  # noqa: E402
+from submissions.models import Student, Submission, SubmissionStatus, utc_now  # noqa: E402
 from submissions.settings import Settings  # noqa: E402
 from submissions.worker import Worker  # noqa: E402
 
@@ -94,6 +99,8 @@ def main() -> int:
     parser.add_argument("--students", type=int, default=300)
     parser.add_argument("--assignment", default="softmax_backward", choices=sorted(MANIFESTS))
     parser.add_argument("--seed", type=int, default=35)
+    parser.add_argument("--ungraded", action="store_true",
+                        help="leave the uploads ungraded (the review then compares the latest uploads)")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
 
@@ -112,13 +119,30 @@ def main() -> int:
                                   created_at=now)
                 session.add(student)
                 session.flush()
-                submission = Submission(
-                    student_id=student.id, assignment=args.assignment, source_text=text,
-                    source_sha256=hashlib.sha256(text.encode()).hexdigest(),
-                    source_bytes=len(text.encode()), created_at=now, original_filename="k.py")
-                session.add(submission)
-                session.flush()
+                digest = hashlib.sha256(text.encode()).hexdigest()
+                if args.ungraded:  # no grading queued: the worker's turn is the review's
+                    submission = Submission(student_id=student.id, assignment=args.assignment, source_text=text,
+                                            source_sha256=digest, source_bytes=len(text.encode()), created_at=now,
+                                            original_filename="k.py")
+                    session.add(submission)
+                    session.flush()
+                else:
+                    submission = repository.insert_submission(
+                        session, student_id=student.id, assignment=args.assignment, source_text=text,
+                        source_sha256=digest, source_bytes=len(text.encode()), original_filename="k.py", now=now)
                 ids.append(submission.id)
+        if not args.ungraded:
+            with factory.begin() as session:
+                while (job := repository.claim_next_submission(session, worker_id="timing", lease_s=60,
+                                                               now=now)) is not None:
+                    assert repository.record_grading_outcome(
+                        session, submission_id=job.submission_id, lease_token=job.lease_token, now=now,
+                        outcome=GradingOutcome(
+                            status=SubmissionStatus.PASSED, error_kind=None, error_message=None, checks=[],
+                            result_document={"verdict": "passed"}, benchmark=None, headline_speedup=None,
+                            versions=None, device="cpu (Triton interpreter)", exit_code=0, duration_s=1.0,
+                            log_text=None, log_truncated=False, grader_stderr=""))
+        with factory.begin() as session:
             similarity.request_run(session, assignment=args.assignment, threshold=None,
                                    actor=cli_actor(), now=now)
         settings = Settings(_env_file=None, database_url=url, environment="development",
@@ -166,6 +190,7 @@ def main() -> int:
                                                       "sqlalchemy")},
         "database": url.split(":")[0] if "GRADER_DATABASE_URL" in os.environ else "sqlite (file)",
         "assignment": args.assignment, "students": args.students, "seed": args.seed,
+        "uploads_graded": not args.ungraded,
         "source_bytes_total": sum(len(t.encode()) for t in texts),
         "run": run_row,
         "worker_turn_wall_s": round(wall_s, 3),
