@@ -258,8 +258,8 @@ def assemble(*, spec: BenchmarkSpec, student_rows: dict[str, dict], peers_doc: d
                     impls[peer]["flags"] = ["peer failed or wrong: " + str(result.get("error") or bad)[:300]]
         flags = student_flags(impls[STUDENT], floor_min) if math.isfinite(floor_min) else ["no floor"]
         if not flags and not median_of(impls.get(spec.baseline, {}).get("graph")):
-            # Said, not left as "some rows were not timed": on the H200 (2026-12-05) the peers
-            # child left attention_backward's bf16 rows without any peer and no word why.
+            # The row says which baseline is missing and why: "some rows were not timed" alone
+            # leaves staff nothing to act on.
             why = p_entry.get("error") or (f"its time failed: {impls[spec.baseline]['flags'][0]}"
                                           if impls.get(spec.baseline, {}).get("flags") else
                                           "the peers child left no time for it")

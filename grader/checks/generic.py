@@ -506,11 +506,10 @@ class PlanBuilder:
         that set the bound of each step's loss.
 
         Each call's launches are recorded and replayed (``triton_kernel``) on the call's own
-        inputs (a step's inputs come from the trajectory, not from a draw of the case): left
-        out of the replay, the training batches were the one place a submission could answer
-        with PyTorch unseen: the hint names the batch (attention_backward's "S = 48, D = 16"),
-        and corpus attention_backward/wrong/training_batch_in_pytorch.py, PyTorch for that
-        length, passed every check."""
+        inputs (a step's inputs come from the trajectory, not from a draw of the case): the hint
+        names the batch (attention_backward's "S = 48, D = 16"), so without the replay a
+        submission could answer that shape with PyTorch unseen (corpus
+        attention_backward/wrong/training_batch_in_pytorch.py)."""
         problem = decl.problem()
         start = problem.init(self.plan.generator)
         params, plus, minus = dict(start), dict(start), dict(start)

@@ -237,8 +237,8 @@ def _compiled_peer():
 def process_state(workdir: str) -> dict[str, int]:
     """This process's resources after a row: open descriptors, threads, peak resident set
     (bytes) and the free bytes of its work folder's filesystem. Recorded per row so that a
-    child that ends early shows what it was running out of (on the H200, 2026-12-05, it ended
-    inside gradings only, with nothing in its log)."""
+    child that ends early shows what it was running out of (docs/benchmarks.md, the attention
+    section, says which child this was for)."""
     state: dict[str, int] = {"max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
     try:
         state["open_fds"] = len(os.listdir("/proc/self/fd"))

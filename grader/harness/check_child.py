@@ -331,9 +331,9 @@ class Child:
             try:
                 self.describe_output(report, result, tensors, call_id, saved, call.sample_rows)
             except Exception as exc:  # noqa: BLE001 - what the call returned, not the harness, failed
-                # A tensor subclass whose detach/as_subclass/stride raise (or return a non-tensor)
-                # used to end the child here: an "exited" error on the first call, with no check
-                # graded and advice about sys.exit. It is a call that returned no usable tensor.
+                # A tensor subclass whose detach/as_subclass/stride raise (or return a non-tensor):
+                # a call that returned no usable tensor, judged as such by every check, not an end
+                # of the child (which would grade nothing and read as sys.exit).
                 report["status"] = "not_tensor"
                 report["returned_type"] = f"{type(result).__name__} (describing it raised {type(exc).__name__})"
                 report.pop("out", None)

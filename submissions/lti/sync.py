@@ -386,6 +386,15 @@ RUN_LEASE = "lti_sync_run"
 RUN_LEASE_S = 120.0
 
 
+def _renew(done: threading.Event, *, take: Callable[[], bool], period_s: float, holder: str, name: str) -> None:
+    """Renew a lease every `period_s` (``take``) until `done` is set; stop, with a warning, once
+    ``take`` says the lease was lost (another process holds it now)."""
+    while not done.wait(period_s):
+        if not take():
+            logger.warning("LMS sync: %s lost the lease %r during a run", holder, name)
+            return
+
+
 @contextmanager
 def _held(session_factory: SessionFactory, *, name: str, holder: str, ttl_s: float) -> Iterator[bool]:
     """Hold lease `name` for the block, renewed every ``ttl_s / 3`` in a thread and released
@@ -397,23 +406,19 @@ def _held(session_factory: SessionFactory, *, name: str, holder: str, ttl_s: flo
     if not taken:
         yield False
         return
+    def take() -> bool:
+        try:
+            with session_factory() as session:
+                kept = repository.take_lease(session, name=name, holder=holder, ttl_s=ttl_s, now=utc_now())
+                session.commit()
+        except Exception:  # noqa: BLE001 - a database outage: the next renewal tries again
+            logger.exception("LMS sync: the lease %r could not be renewed", name)
+            return True
+        return kept
+
     done = threading.Event()
-
-    def renew() -> None:
-        while not done.wait(ttl_s / 3):
-            try:
-                with session_factory() as session:
-                    kept = repository.take_lease(session, name=name, holder=holder, ttl_s=ttl_s,
-                                                 now=utc_now())
-                    session.commit()
-            except Exception:  # noqa: BLE001 - a database outage: the next renewal tries again
-                logger.exception("LMS sync: the lease %r could not be renewed", name)
-                continue
-            if not kept:
-                logger.warning("LMS sync: %s lost the lease %r during a run", holder, name)
-                return
-
-    keeper = threading.Thread(target=renew, name=f"lease-{name}", daemon=True)
+    keeper = threading.Thread(target=_renew, args=(done,), kwargs=dict(take=take, period_s=ttl_s / 3, holder=holder,
+                                                                      name=name), name=f"lease-{name}", daemon=True)
     keeper.start()
     try:
         yield True
@@ -519,8 +524,9 @@ class LtiSyncLoop:
             if self._stop.is_set() or not self._take():
                 return False
             done = threading.Event()
-            keeper = threading.Thread(target=self._keep, args=(done,), name="lti-sync-lease",
-                                      daemon=True)
+            keeper = threading.Thread(target=_renew, args=(done,), name="lti-sync-lease", daemon=True,
+                                      kwargs=dict(take=self._take, period_s=self.lease_s / 3, holder=self.holder,
+                                                  name=SYNC_LEASE))
             keeper.start()
             try:
                 run_sync_exclusive(self.session_factory, settings=self.settings, now=utc_now(),
@@ -563,14 +569,6 @@ class LtiSyncLoop:
         except Exception:  # noqa: BLE001 - it expires by itself
             logger.exception("LMS sync: the lease %r could not be released", SYNC_LEASE)
         self._holding = False
-
-    def _keep(self, done: threading.Event) -> None:
-        """Renew the lease while a round runs."""
-        while not done.wait(self.lease_s / 3):
-            if not self._take():
-                logger.warning("LMS sync: %s lost the lease %r during a round", self.holder,
-                               SYNC_LEASE)
-                return
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):

@@ -47,8 +47,8 @@ def full_precision_case(dtype: str):
 
     Why: every other case is on the 2^-5 grid (7 significant bits, exact in bfloat16), so a
     kernel that loses input bits down to bfloat16's 8 (inputs staged through tl.bfloat16,
-    corpus wrong/inputs_through_bf16.py) is exact on all of them; the training step, the only
-    call with full-precision inputs, judges the loss, and its bound let that kernel through."""
+    corpus wrong/inputs_through_bf16.py) is exact on all of them; the training step's calls have
+    full-precision inputs but are the training shape only, and their loss bound is wide."""
     from grader.assignments.attention_backward.oracle import forward_fp64
 
     torch_dtype = getattr(torch, dtype)

@@ -28,7 +28,7 @@ sum over the queries of dout (each row of P sums to one).
 The inputs: on the 2^-5 grid (inputs.make_case: exact in float16 and bfloat16, so out and lse
 drawn in fp64 are those of the inputs the call gets), except one float16_values case whose
 inputs use every bit of float16 (inputs.full_precision_case): on the grid alone a kernel that
-drops input bits down to bfloat16's passed every check.
+drops input bits down to bfloat16's is exact.
 """
 
 from __future__ import annotations
