@@ -372,7 +372,11 @@ def _review_child_preexec() -> None:
 def _run_child(job: ReviewJob, *, timeout_s: float, cancel: threading.Event | None
                ) -> ReviewResult | str | None:
     """Run the review child on `job`: its result, a reason it failed (str), or None when
-    `cancel` was set first (the child is killed)."""
+    `cancel` was set first (the child is killed, or never started when it already was)."""
+    if cancel is not None and cancel.is_set():
+        # A review may finish inside one poll interval: a worker already stopping must
+        # hand it back all the same, not store an outcome after it was told to stop.
+        return None
     environment = grader_environment(os.environ)
     # The child imports this package from wherever the worker did (a checkout or a wheel).
     package_root = str(Path(__file__).resolve().parent.parent)

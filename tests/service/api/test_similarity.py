@@ -16,6 +16,7 @@ import datetime as dt
 import importlib.util
 import io
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -445,7 +446,7 @@ def test_the_course_commands_run_a_review_and_keep_sources(
 
 
 def test_a_review_out_of_time_fails_with_why_and_a_stopping_worker_hands_it_back(
-        client: TestClient, db_session, session_factory) -> None:
+        client: TestClient, db_session, session_factory, monkeypatch) -> None:
     import threading
 
     _class(client, db_session)
@@ -466,12 +467,33 @@ def test_a_review_out_of_time_fails_with_why_and_a_stopping_worker_hands_it_back
     assert "longer than 0.01 s" in body["pending"]["error_message"]
     assert claim() is None
 
-    # A worker asked to stop kills its child and hands the run back, uncharged.
+    # A worker already stopping hands the run back, uncharged, without starting a child
+    # (a review can finish inside one poll interval: it must not be stored all the same).
     assert client.post(BASE, json={}, headers=instructor_headers()).status_code == 202
     stopping = threading.Event()
     stopping.set()
     claimed = claim()
     assert similarity.execute_run(session_factory, claimed, cancel=stopping) is False
+    assert client.get(BASE, headers=instructor_headers()).json()["pending"]["status"] == "queued"
+
+    # A worker told to stop while its child runs kills the child and hands the run back. The
+    # child here sleeps (a real review may finish before the first poll), so the kill is sure.
+    real_popen = similarity.subprocess.Popen
+    stopping = threading.Event()
+    started: list[object] = []
+
+    def slow_child(argv, **kwargs):
+        process = real_popen([sys.executable, "-c", "import time; time.sleep(60)"], **kwargs)
+        started.append(process)
+        stopping.set()
+        return process
+
+    claimed = claim()
+    assert claimed is not None and claimed.attempt == 1
+    monkeypatch.setattr(similarity.subprocess, "Popen", slow_child)
+    assert similarity.execute_run(session_factory, claimed, cancel=stopping) is False
+    monkeypatch.setattr(similarity.subprocess, "Popen", real_popen)
+    assert len(started) == 1 and started[0].returncode is not None  # killed, reaped
     assert client.get(BASE, headers=instructor_headers()).json()["pending"]["status"] == "queued"
     again = claim()
     assert again is not None and again.run_id == claimed.run_id and again.attempt == 1
