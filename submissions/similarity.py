@@ -391,7 +391,9 @@ def _run_child(job: ReviewJob, *, timeout_s: float, cancel: threading.Event | No
     payload: bytes | None = job.model_dump_json().encode()
     while True:
         try:
-            stdout, stderr = process.communicate(payload, timeout=0.5)
+            # Polls every 0.5 s for `cancel`, never past the deadline.
+            wait_s = min(0.5, max(0.0, deadline - time.monotonic()))
+            stdout, stderr = process.communicate(payload, timeout=wait_s)
             break
         except subprocess.TimeoutExpired:
             payload = None  # already being written; communicate() goes on with it
@@ -399,7 +401,7 @@ def _run_child(job: ReviewJob, *, timeout_s: float, cancel: threading.Event | No
                 process.kill()
                 process.communicate()
                 return None
-            if time.monotonic() > deadline:
+            if time.monotonic() >= deadline:
                 process.kill()
                 process.communicate()
                 return f"the review took longer than {timeout_s:g} s and was stopped"
