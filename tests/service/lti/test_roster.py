@@ -76,7 +76,11 @@ def test_the_scheduled_sync_reads_the_roster_without_anyone_asking(
     lms.add_person("u-prof", "Prof Knuth", INSTRUCTOR)
     assert launch(client, lms, "u-prof").status_code == 303
     lms.add_person("u-ada", "Ada")
-    loop = LtiSyncLoop(session_factory, settings.model_copy(update={"lti_sync_interval_s": 0.2}))
+    # A lease far longer than the test: its renewal thread would share this test's one
+    # connection with the round (the lease's renewal under load: test_sync_lease.py, whose
+    # loops have a database of their own).
+    loop = LtiSyncLoop(session_factory, settings.model_copy(update={"lti_sync_interval_s": 0.2}),
+                       lease_s=600.0)
     loop.start()
     try:
         wait_until(lambda: lms.course.roster_reads > 0, timeout=20, message="a scheduled sync")
