@@ -443,8 +443,8 @@ def execute_run(session_factory: sessionmaker[Session], claimed: ClaimedSimilari
         known = [DocumentIn(kind="source", id=s.id, text=s.source_text)
                  for s in repository.compared_similarity_sources(session,
                                                                  assignment=manifest.name)]
-        carried = repository.previous_similarity_reviews(session, assignment=manifest.name)
-        carried = {key: (p.reviewed_at, p.reviewed_by, p.review_note) for key, p in carried.items()}
+        carried = {key: (p.reviewed_at, p.reviewed_by, p.review_note) for key, p
+                   in repository.previous_similarity_reviews(session, assignment=manifest.name).items()}
     job = ReviewJob(students=students, sources=known,
                     boilerplate=[template] if template is not None else [],
                     threshold=claimed.threshold)

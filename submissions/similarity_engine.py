@@ -46,13 +46,16 @@ WINDOW = 1
 DEFAULT_THRESHOLD = 0.6
 TOOL = "copydetect"
 
+#: What a compared document is: a student's submission, or a known source (staff-added text).
+DocumentKind = Literal["submission", "source"]
+
 
 @dataclass(frozen=True)
 class Document:
     """One text to compare. `key` names it to the caller (``("submission", 12)``,
     ``("source", 3)``); `text` is hostile (only tokenized)."""
 
-    key: tuple[str, int]
+    key: tuple[DocumentKind, int]
     text: str
 
 
@@ -61,8 +64,8 @@ class PairFinding:
     """One pair at or above the threshold. Similarities are in [0, 1]; fragments are
     ``(start, end)`` character offsets into each document's text, sorted, not overlapping."""
 
-    left: tuple[str, int]
-    right: tuple[str, int]
+    left: tuple[DocumentKind, int]
+    right: tuple[DocumentKind, int]
     similarity: float
     left_similarity: float
     right_similarity: float
@@ -209,7 +212,7 @@ def review(students: Sequence[Document], sources: Sequence[Document], *,
 class DocumentIn(BaseModel):
     """One text of a `ReviewJob`."""
 
-    kind: Literal["submission", "source"]
+    kind: DocumentKind
     id: int
     text: str
 
@@ -221,14 +224,14 @@ class ReviewJob(BaseModel):
     sources: list[DocumentIn]
     boilerplate: list[str]
     threshold: float = Field(gt=0, le=1)
-    noise_chars: int = Field(NOISE_CHARS, ge=5, le=500)
+    noise_chars: int = Field(default=NOISE_CHARS, ge=5, le=500)
 
 
 class PairOut(BaseModel):
     """One `PairFinding`, as the child reports it."""
 
-    left: tuple[Literal["submission", "source"], int]
-    right: tuple[Literal["submission", "source"], int]
+    left: tuple[DocumentKind, int]
+    right: tuple[DocumentKind, int]
     similarity: float = Field(ge=0, le=1)
     left_similarity: float = Field(ge=0, le=1)
     right_similarity: float = Field(ge=0, le=1)

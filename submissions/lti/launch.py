@@ -310,7 +310,8 @@ def complete_launch(session: Session, *, launch: VerifiedLaunch, settings: Setti
     if context is not None and isinstance(link, dict) and link.get("id"):
         row = repository.find_lti_resource_link(session, context_row_id=context.id,
                                                 resource_link_id=str(link["id"])[:255])
-        ags = claims.get(CLAIM_AGS) if isinstance(claims.get(CLAIM_AGS), dict) else {}
+        ags_claim = claims.get(CLAIM_AGS)
+        ags = ags_claim if isinstance(ags_claim, dict) else {}
         if row is not None:
             assignment = assignment or row.assignment
             if ags.get("lineitem"):
