@@ -30,7 +30,7 @@ from grader.manifest import MANIFESTS
 from submissions import audit, grades, repository, standings
 from submissions.csv_cells import SafeCsvWriter, safe_cell
 from submissions.lateness import describe_duration
-from submissions.models import TERMINAL_STATUSES, Student, Submission, SubmissionStatus
+from submissions.models import Student, Submission, SubmissionStatus
 from submissions.scoring import WITHHELD_LATE, ZERO, Grade, PointsPolicy, Score
 
 LMS_COLUMNS = (
@@ -115,7 +115,7 @@ def lms_csv(session: Session, *, assignment: str, actor: audit.Actor, now: dt.da
             "rank": standing.rank or "", "ranking": board.phase,
             "reason": standing.reason or "",
             "late_submission_id": standing.submission_id if late else "",
-            "late_score": _points(grade.earned.total) if late else "",
+            "late_score": _points(grade.earned.total) if late and grade is not None else "",
             "graded_submission_id": standing.graded_submission_id or "",
         }
         charge = grade.late if grade is not None else None
@@ -279,8 +279,7 @@ def gradescope_results(
                          student_id=submission.student_id)
     policy = rules.policy
     grading = submission.current_grading
-    finished = grading is not None and grading.status in TERMINAL_STATUSES
-    passed = finished and grading.status == SubmissionStatus.PASSED
+    passed = grading is not None and grading.status == SubmissionStatus.PASSED  # a finished status
     headline = grading.headline_speedup if grading is not None else None
     grade = grade_override or rules.grade_of(submission)
     parts = grade.counted if grade is not None else ZERO

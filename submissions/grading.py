@@ -296,9 +296,11 @@ class WarmGrader:
         source_path = self.root / "source" / f"{assignment}.py"
         source_path.write_text(source_text, encoding="utf-8")
         job = GradeJob(source=str(source_path), seed=seed, assignment=assignment)
+        stdin = self.process.stdin
+        assert stdin is not None  # noqa: S101 - started with stdin=PIPE
         try:
-            self.process.stdin.write((job.model_dump_json() + "\n").encode())
-            self.process.stdin.close()
+            stdin.write((job.model_dump_json() + "\n").encode())
+            stdin.close()
         except OSError:  # it exited meanwhile (broken pipe)
             return None
         return GradingWorkspace(root=self.root, source_path=source_path, stdout_path=self.stdout_path,
@@ -501,7 +503,7 @@ def _interpret(settings: Settings, *, workspace: GradingWorkspace, exit_code: in
         if exc.errors() and exc.errors()[0]["type"] == "json_invalid":
             raise failure(f"the grader exited {exit_code} but wrote no valid JSON result document") from exc
         raise failure(f"the grader's result document is malformed: {exc.errors()[0]['msg'][:300]}") from exc
-    expected = _VERDICT_FOR_EXIT_CODE[exit_code]
+    expected = _VERDICT_FOR_EXIT_CODE[ExitCode(exit_code)]  # a key: checked above
     if document.verdict.value != expected.value:
         raise failure(f"the grader's verdict {document.verdict.value!r} contradicts exit code {exit_code}")
     return _outcome_from_document(

@@ -26,6 +26,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from sqlalchemy.orm import Session
 
@@ -41,7 +42,10 @@ from submissions.models import (
 from submissions.repository import SubmissionVerdict
 from submissions.scoring import Grade
 
-PROVISIONAL, FINAL = "provisional", "final"
+#: Which board it is: before the final run (provisional: each student's best so far) or its outcome.
+Phase = Literal["provisional", "final"]
+PROVISIONAL: Phase = "provisional"
+FINAL: Phase = "final"
 
 
 #: ``status`` of a standing.
@@ -114,7 +118,7 @@ class Board:
 
     assignment: Assignment
     rules: grades.AssignmentRules
-    phase: str
+    phase: Phase
     final_run: FinalRun | None
     standings: list[Standing]
     #: A final run still grading (it decides once finished; until then the board is the
@@ -297,9 +301,10 @@ def board(session: Session, *, assignment: str, now: dt.datetime) -> Board:
     by_submission = {v.submission_id: v for v in verdicts}
     in_run: set[int] = set()
     for grading in run_gradings:
-        verdict = by_submission.get(grading.submission_id)
-        if verdict is None:
+        found = by_submission.get(grading.submission_id)
+        if found is None:
             continue
+        verdict = found
         sid = verdict.student_id
         in_run.add(sid)
         student = sorted_students[sid]

@@ -372,7 +372,7 @@ class ResultDocument(DocumentModel):
             an error object with another verdict.
     """
 
-    schema_version: int = Field(SCHEMA_VERSION, alias="schema")
+    schema_version: int = Field(default=SCHEMA_VERSION, alias="schema")
     assignment: str
     verdict: Verdict
     #: Required with ``error``; with ``failed``, what ended the run after checks had failed.
