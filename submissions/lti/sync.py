@@ -386,6 +386,30 @@ RUN_LEASE = "lti_sync_run"
 RUN_LEASE_S = 120.0
 
 
+def _take_lease(session_factory: SessionFactory, *, name: str, holder: str, ttl_s: float) -> bool | None:
+    """Take or renew lease `name` for `holder` for `ttl_s` (one transaction). Returns whether
+    `holder` holds it now, or None when the database could not be asked (logged; the caller
+    decides what an outage means)."""
+    try:
+        with session_factory() as session:
+            held = repository.take_lease(session, name=name, holder=holder, ttl_s=ttl_s, now=utc_now())
+            session.commit()
+    except Exception:  # noqa: BLE001 - a database outage
+        logger.exception("LMS sync: the lease %r could not be taken or renewed", name)
+        return None
+    return held
+
+
+def _release_lease(session_factory: SessionFactory, *, name: str, holder: str) -> None:
+    """Release lease `name` if `holder` holds it; a failure is logged (the lease expires by itself)."""
+    try:
+        with session_factory() as session:
+            repository.release_lease(session, name=name, holder=holder, now=utc_now())
+            session.commit()
+    except Exception:  # noqa: BLE001 - it expires by itself
+        logger.exception("LMS sync: the lease %r could not be released", name)
+
+
 def _renew(done: threading.Event, *, take: Callable[[], bool], period_s: float, holder: str, name: str) -> None:
     """Renew a lease every `period_s` (``take``) until `done` is set; stop, with a warning, once
     ``take`` says the lease was lost (another process holds it now)."""
@@ -406,15 +430,8 @@ def _held(session_factory: SessionFactory, *, name: str, holder: str, ttl_s: flo
     if not taken:
         yield False
         return
-    def take() -> bool:
-        try:
-            with session_factory() as session:
-                kept = repository.take_lease(session, name=name, holder=holder, ttl_s=ttl_s, now=utc_now())
-                session.commit()
-        except Exception:  # noqa: BLE001 - a database outage: the next renewal tries again
-            logger.exception("LMS sync: the lease %r could not be renewed", name)
-            return True
-        return kept
+    def take() -> bool:  # a database outage is not a loss: the next renewal tries again
+        return _take_lease(session_factory, name=name, holder=holder, ttl_s=ttl_s) is not False
 
     done = threading.Event()
     keeper = threading.Thread(target=_renew, args=(done,), kwargs=dict(take=take, period_s=ttl_s / 3, holder=holder,
@@ -425,12 +442,7 @@ def _held(session_factory: SessionFactory, *, name: str, holder: str, ttl_s: flo
     finally:
         done.set()
         keeper.join()
-        try:
-            with session_factory() as session:
-                repository.release_lease(session, name=name, holder=holder, now=utc_now())
-                session.commit()
-        except Exception:  # noqa: BLE001 - it expires by itself
-            logger.exception("LMS sync: the lease %r could not be released", name)
+        _release_lease(session_factory, name=name, holder=holder)
 
 
 def run_sync_exclusive(session_factory: SessionFactory, *, settings: Settings, now: dt.datetime,
@@ -544,14 +556,9 @@ class LtiSyncLoop:
             return True
 
     def _take(self) -> bool:
-        try:
-            with self.session_factory() as session:
-                held = repository.take_lease(session, name=SYNC_LEASE, holder=self.holder,
-                                             ttl_s=self.lease_s, now=utc_now())
-                session.commit()
-        except Exception:  # noqa: BLE001 - a database outage: this tick does not sync
-            logger.exception("LMS sync: the lease %r could not be taken", SYNC_LEASE)
-            held = False
+        # A database outage: this tick does not sync.
+        held = _take_lease(self.session_factory, name=SYNC_LEASE, holder=self.holder,
+                           ttl_s=self.lease_s) is True
         if held != self._holding:
             logger.info("LMS sync: %s %s the scheduled rounds (lease %r)", self.holder,
                         "now runs" if held else "no longer runs", SYNC_LEASE)
@@ -561,13 +568,7 @@ class LtiSyncLoop:
     def _release(self) -> None:
         if not self._holding:
             return
-        try:
-            with self.session_factory() as session:
-                repository.release_lease(session, name=SYNC_LEASE, holder=self.holder,
-                                         now=utc_now())
-                session.commit()
-        except Exception:  # noqa: BLE001 - it expires by itself
-            logger.exception("LMS sync: the lease %r could not be released", SYNC_LEASE)
+        _release_lease(self.session_factory, name=SYNC_LEASE, holder=self.holder)
         self._holding = False
 
     def _loop(self) -> None:
